@@ -1,0 +1,30 @@
+# idempotency: PGXS build.  The README's commands (test/demo, test/run) install
+# what the build needs first; `include $(PGXS)` fails without pg_config.
+
+EXTENSION = idempotency
+EXTVERSION = 0.1.0
+
+MODULE_big = idempotency
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+HEADERS = src/idempotency.h
+
+DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+
+# Tests are found by wildcard: adding a file is enough.
+#   sql/*.sql + expected/*.out          pg_regress (the SQL surface and errors)
+#   test/specs/*.spec + test/expected   isolation (races)
+#   test/t/*.pl                         TAP (crashes, restarts, standbys)
+#   test/pgtap/*.sql                    pgTAP, run by pg_prove (see test/run)
+REGRESS = $(filter-out $(EXTENSION)--%,$(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+ISOLATION = $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec))
+ISOLATION_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+TAP_TESTS = 1
+PROVE_TESTS = $(wildcard test/t/*.pl)
+
+PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
+EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check log
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,313 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *		idem_claim(): take ownership of an idempotency key, or learn its fate.
+ *
+ * A claim reads the record first, so a replay costs one primary-key lookup
+ * and writes nothing.  Only when the key must change hands does it write:
+ *
+ *	 - no row: INSERT ... ON CONFLICT DO NOTHING.  A concurrent uncommitted
+ *	   claim of the same key makes the INSERT wait for that transaction, as
+ *	   any unique index does; with wait => false a dirty probe of the primary
+ *	   key answers in_progress instead.  If the INSERT finds a committed row
+ *	   it inserted nothing and the claim reads again.
+ *	 - a row that must be taken over (lease expired, retryable failure) or
+ *	   reused (released, or finished and past its retention): lock it with
+ *	   SELECT ... FOR NO KEY UPDATE (SKIP LOCKED when wait => false), decide
+ *	   again on the locked, newest version, and only then UPDATE it.  Of any
+ *	   number of racing takeovers exactly one sees the expired lease after
+ *	   taking the lock; the others see the winner's live lease.
+ *
+ * Under READ COMMITTED every statement takes a fresh snapshot, so the loop
+ * converges; under REPEATABLE READ and SERIALIZABLE a row changed or
+ * inserted after the transaction's snapshot raises 40001 from the executor
+ * (the caller retries the transaction).  The fencing token of a key only
+ * ever grows, including when a released or expired record is reused, so an
+ * owner that lost its lease can never complete a newer owner's work.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_claim);
+
+/* Rounds of read-then-write before giving up with 40001; each needs a race. */
+#define MAX_CLAIM_ROUNDS 8
+
+typedef enum ClaimOutcome
+{
+	OUTCOME_NEW,
+	OUTCOME_REPLAY,
+	OUTCOME_IN_PROGRESS,
+	OUTCOME_TAKEOVER,
+	OUTCOME_UNKNOWN,
+	/* decisions that need the row locked first */
+	NEEDS_REUSE,
+	NEEDS_TAKEOVER
+} ClaimOutcome;
+
+static const char *const outcome_names[] = {
+	"new", "replay", "in_progress", "takeover", "unknown"
+};
+
+/* Columns of the claim's result row (its OUT parameters). */
+enum
+{
+	OUT_OUTCOME,
+	OUT_TOKEN,
+	OUT_STATUS,
+	OUT_RESPONSE_CODE,
+	OUT_RESULT,
+	OUT_ERROR,
+	OUT_RECOVERY_POINT,
+	OUT_LEASE_EXPIRES_AT,
+	OUT_ATTEMPTS,
+	OUT_EXPIRES_AT,
+	NUM_OUT_COLUMNS
+};
+
+static bool
+fingerprint_matches(IdemRecord *rec, bytea *fingerprint)
+{
+	bytea	   *stored = DatumGetByteaPP(rec->values[COL_FINGERPRINT]);
+
+	return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(fingerprint) &&
+		memcmp(VARDATA_ANY(stored), VARDATA_ANY(fingerprint),
+			   VARSIZE_ANY_EXHDR(fingerprint)) == 0;
+}
+
+static void
+check_fingerprint(IdemRecord *rec, bytea *fingerprint, text *key, text *scope)
+{
+	if (!fingerprint_matches(rec, fingerprint))
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
+				 errmsg("idempotency key \"%s\" was already used for a different request",
+						text_to_cstring(key)),
+				 errdetail("The request fingerprint differs from the one stored for this key in scope \"%s\".",
+						   text_to_cstring(scope)),
+				 errhint("Use a new idempotency key for a different request.")));
+}
+
+/*
+ * What a claim arriving at "now" makes of an existing record.  A finished
+ * record past its retention, and a released one, count as absent; so does an
+ * abandoned one (expired lease) past its retention.  Unknown outcomes never
+ * expire here: they wait for idem_resolve.
+ */
+static ClaimOutcome
+classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
+		 text *key, text *scope)
+{
+	bool		retained = DatumGetTimestampTz(rec->values[COL_EXPIRES_AT]) > now;
+
+	switch (rec->status)
+	{
+		case IDEM_PROCESSING:
+			if (rec->nulls[COL_LEASE_EXPIRES_AT])
+				return NEEDS_REUSE; /* released by its owner */
+			if (DatumGetTimestampTz(rec->values[COL_LEASE_EXPIRES_AT]) > now)
+			{
+				check_fingerprint(rec, fingerprint, key, scope);
+				return OUTCOME_IN_PROGRESS;
+			}
+			if (!retained)
+				return NEEDS_REUSE;
+			check_fingerprint(rec, fingerprint, key, scope);
+			return NEEDS_TAKEOVER;
+		case IDEM_SUCCEEDED:
+			if (!retained)
+				return NEEDS_REUSE;
+			check_fingerprint(rec, fingerprint, key, scope);
+			return OUTCOME_REPLAY;
+		case IDEM_FAILED:
+			if (!retained)
+				return NEEDS_REUSE;
+			check_fingerprint(rec, fingerprint, key, scope);
+			return DatumGetBool(rec->values[COL_RETRYABLE]) ? NEEDS_TAKEOVER : OUTCOME_REPLAY;
+		case IDEM_UNKNOWN:
+			check_fingerprint(rec, fingerprint, key, scope);
+			return OUTCOME_UNKNOWN;
+		default:
+			elog(ERROR, "unrecognized idempotency status %d", (int) rec->status);
+	}
+	pg_unreachable();
+}
+
+/*
+ * The result row.  Only an owner (new, takeover) learns the token: a fencing
+ * token handed to a competitor would let it complete someone else's work.
+ */
+static Datum
+claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
+{
+	TupleDesc	tupdesc;
+	Datum		values[NUM_OUT_COLUMNS];
+	bool		nulls[NUM_OUT_COLUMNS];
+	static const struct
+	{
+		int			out;
+		IdemColumn	col;
+	}			copied[] = {
+		{OUT_STATUS, COL_STATUS},
+		{OUT_RESPONSE_CODE, COL_RESPONSE_CODE},
+		{OUT_RESULT, COL_RESULT},
+		{OUT_ERROR, COL_ERROR},
+		{OUT_RECOVERY_POINT, COL_RECOVERY_POINT},
+		{OUT_LEASE_EXPIRES_AT, COL_LEASE_EXPIRES_AT},
+		{OUT_ATTEMPTS, COL_ATTEMPTS},
+		{OUT_EXPIRES_AT, COL_EXPIRES_AT},
+	};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != NUM_OUT_COLUMNS)
+		elog(ERROR, "idem_claim must return %d columns", NUM_OUT_COLUMNS);
+
+	memset(nulls, true, sizeof(nulls));
+	values[OUT_OUTCOME] = CStringGetTextDatum(outcome_names[outcome]);
+	nulls[OUT_OUTCOME] = false;
+
+	if (rec->found)
+	{
+		for (size_t i = 0; i < lengthof(copied); i++)
+		{
+			values[copied[i].out] = rec->values[copied[i].col];
+			nulls[copied[i].out] = rec->nulls[copied[i].col];
+		}
+		if (outcome == OUTCOME_NEW || outcome == OUTCOME_TAKEOVER)
+		{
+			values[OUT_TOKEN] = rec->values[COL_TOKEN];
+			nulls[OUT_TOKEN] = false;
+		}
+	}
+	else
+	{
+		/* an uncommitted claim of another transaction: it is processing */
+		values[OUT_STATUS] = idem_status_datum(IDEM_PROCESSING);
+		nulls[OUT_STATUS] = false;
+	}
+
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+Datum
+idem_claim(PG_FUNCTION_ARGS)
+{
+	text	   *key = idem_arg_key(fcinfo, 0, "idempotency key");
+	bytea	   *fingerprint = idem_arg_fingerprint(fcinfo, 1);
+	text	   *scope = idem_arg_scope(fcinfo, 3);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz lease_expires_at;
+	TimestampTz expires_at;
+	bool		retention_given = !PG_ARGISNULL(4);
+	bool		wait;
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	IdemRecord	rec;
+	ClaimOutcome outcome = OUTCOME_IN_PROGRESS;
+	Datum		result;
+	int			round;
+
+	if (PG_ARGISNULL(2))
+		lease_expires_at = now + (int64) idem_default_lease_ms * USECS_PER_SEC / 1000;
+	else
+		lease_expires_at = idem_add_interval(now, PG_GETARG_INTERVAL_P(2), "lease");
+	if (retention_given)
+		expires_at = idem_add_interval(now, PG_GETARG_INTERVAL_P(4), "retention");
+	else
+		expires_at = now + (int64) idem_retention_s * USECS_PER_SEC;
+	idem_arg_not_null(fcinfo, 5, "wait");
+	wait = PG_GETARG_BOOL(5);
+
+	idem_store_connect(fcinfo->flinfo->fn_oid);
+
+	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
+	{
+		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
+
+		if (!idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, caller_cxt))
+		{
+			Datum		args[6] = {
+				PointerGetDatum(scope), PointerGetDatum(key),
+				PointerGetDatum(fingerprint), TimestampTzGetDatum(lease_expires_at),
+				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
+			};
+
+			if (!wait && idem_store_insert_in_progress(scope, key))
+			{
+				outcome = OUTCOME_IN_PROGRESS;
+				break;
+			}
+			if (idem_store_exec(STMT_INSERT, args, NULL, false, &rec, caller_cxt))
+			{
+				outcome = OUTCOME_NEW;
+				break;
+			}
+			continue;			/* committed by someone else meanwhile */
+		}
+
+		outcome = classify(&rec, fingerprint, now, key, scope);
+		if (outcome != NEEDS_REUSE && outcome != NEEDS_TAKEOVER)
+			break;
+
+		/* Lock the newest version and decide again on it. */
+		if (!idem_store_exec(wait ? STMT_SELECT_FOR_UPDATE : STMT_SELECT_SKIP_LOCKED,
+							 by_key, NULL, false, &rec, caller_cxt))
+		{
+			/* locked by another writer, or deleted meanwhile */
+			if (!wait &&
+				idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, caller_cxt))
+			{
+				outcome = OUTCOME_IN_PROGRESS;
+				break;
+			}
+			continue;
+		}
+		outcome = classify(&rec, fingerprint, now, key, scope);
+		if (outcome == NEEDS_REUSE)
+		{
+			Datum		args[6] = {
+				PointerGetDatum(scope), PointerGetDatum(key),
+				PointerGetDatum(fingerprint), TimestampTzGetDatum(lease_expires_at),
+				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
+			};
+
+			if (!idem_store_exec(STMT_REUSE, args, NULL, false, &rec, caller_cxt))
+				elog(ERROR, "locked idempotency record vanished");
+			outcome = OUTCOME_NEW;
+		}
+		else if (outcome == NEEDS_TAKEOVER)
+		{
+			Datum		args[5] = {
+				PointerGetDatum(scope), PointerGetDatum(key),
+				TimestampTzGetDatum(lease_expires_at), TimestampTzGetDatum(now),
+				retention_given ? TimestampTzGetDatum(expires_at) : (Datum) 0
+			};
+
+			if (!idem_store_exec(STMT_TAKEOVER, args, retention_given ? NULL : "    n",
+								 false, &rec, caller_cxt))
+				elog(ERROR, "locked idempotency record vanished");
+			outcome = OUTCOME_TAKEOVER;
+		}
+		break;
+	}
+
+	if (round == MAX_CLAIM_ROUNDS)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not claim idempotency key \"%s\" because of concurrent changes",
+						text_to_cstring(key)),
+				 errhint("Retry the transaction.")));
+
+	/* rec's values live in caller_cxt; the result row must too */
+	SPI_finish();
+	result = claim_result(fcinfo, outcome, &rec);
+	PG_RETURN_DATUM(result);
+}

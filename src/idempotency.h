@@ -1,0 +1,127 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.h
+ *		Declarations shared by the modules of the idempotency extension.
+ *
+ * The extension keeps one row per (scope, key) in @extschema@.idempotency_records.
+ * Every module reads and writes that table through the prepared statements of
+ * record_store.c, so privileges, row-level security and triggers apply as they
+ * would to the caller's own SQL.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_H
+#define IDEMPOTENCY_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+
+/*
+ * SQLSTATEs of the extension's own errors, class "IK" (idempotency key).
+ * Class I is implementation-defined, so they cannot collide with the standard.
+ */
+#define ERRCODE_IDEM_FINGERPRINT_MISMATCH	MAKE_SQLSTATE('I','K','0','0','1')
+#define ERRCODE_IDEM_STALE_TOKEN			MAKE_SQLSTATE('I','K','0','0','2')
+#define ERRCODE_IDEM_INVALID_STATE			MAKE_SQLSTATE('I','K','0','0','3')
+#define ERRCODE_IDEM_KEY_NOT_FOUND			MAKE_SQLSTATE('I','K','0','0','4')
+
+/* Largest fingerprint accepted: a SHA-512 digest. */
+#define IDEM_MAX_FINGERPRINT_BYTES	64
+
+/* GUCs (idempotency.c) */
+extern int	idem_default_lease_ms;
+extern int	idem_retention_s;
+extern int	idem_max_key_length;
+
+/*
+ * Record statuses, in the order of the idem_status enum labels.
+ */
+typedef enum IdemStatus
+{
+	IDEM_PROCESSING,
+	IDEM_SUCCEEDED,
+	IDEM_FAILED,
+	IDEM_UNKNOWN,
+	IDEM_NUM_STATUSES
+} IdemStatus;
+
+extern const char *const idem_status_names[IDEM_NUM_STATUSES];
+
+/*
+ * Columns of idempotency_records, in table order.  Every statement of
+ * record_store.c returns exactly these columns in this order, so a result row
+ * is also a valid idempotency_records tuple.
+ */
+typedef enum IdemColumn
+{
+	COL_SCOPE,
+	COL_KEY,
+	COL_FINGERPRINT,
+	COL_TOKEN,
+	COL_LEASE_EXPIRES_AT,
+	COL_CREATED_AT,
+	COL_UPDATED_AT,
+	COL_COMPLETED_AT,
+	COL_EXPIRES_AT,
+	COL_STATUS,
+	COL_ATTEMPTS,
+	COL_RESPONSE_CODE,
+	COL_RETRYABLE,
+	COL_RECOVERY_POINT,
+	COL_RESULT,
+	COL_ERROR,
+	IDEM_NUM_COLUMNS
+} IdemColumn;
+
+/* One record as read back from the table; by-reference values are copied. */
+typedef struct IdemRecord
+{
+	bool		found;
+	Datum		values[IDEM_NUM_COLUMNS];
+	bool		nulls[IDEM_NUM_COLUMNS];
+	IdemStatus	status;			/* decoded COL_STATUS */
+} IdemRecord;
+
+/* The prepared statements of record_store.c. */
+typedef enum IdemStatement
+{
+	STMT_SELECT,				/* $1 scope, $2 key */
+	STMT_SELECT_FOR_UPDATE,		/* same, waiting for row locks */
+	STMT_SELECT_SKIP_LOCKED,	/* same, skipping a locked row */
+	STMT_INSERT,				/* new record unless the key exists */
+	STMT_REUSE,					/* an absent-equivalent row becomes new */
+	STMT_TAKEOVER,				/* next owner of an abandoned/failed row */
+	STMT_COMPLETE,
+	STMT_FAIL,
+	STMT_CHECKPOINT,
+	STMT_RELEASE,
+	STMT_MARK_UNKNOWN,
+	STMT_RESOLVE,
+	IDEM_NUM_STATEMENTS
+} IdemStatement;
+
+/* record_store.c */
+extern void idem_store_connect(Oid fn_oid);
+extern bool idem_store_exec(IdemStatement stmt, Datum *args, const char *nulls,
+							bool read_only, IdemRecord *rec,
+							MemoryContext copy_to);
+extern bool idem_store_insert_in_progress(text *scope, text *key);
+extern Oid	idem_status_type(void);
+extern Datum idem_status_datum(IdemStatus status);
+extern HeapTuple idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc);
+
+/* validation.c */
+extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *what);
+extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno);
+extern bytea *idem_arg_fingerprint(FunctionCallInfo fcinfo, int argno);
+extern int64 idem_arg_token(FunctionCallInfo fcinfo, int argno);
+extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
+									 const char *name);
+extern Interval *idem_arg_positive_interval(FunctionCallInfo fcinfo, int argno,
+											const char *name);
+
+#endif							/* IDEMPOTENCY_H */

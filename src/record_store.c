@@ -1,0 +1,435 @@
+/*-------------------------------------------------------------------------
+ *
+ * record_store.c
+ *		Prepared statements over @extschema@.idempotency_records.
+ *
+ * Every read and write of a record goes through one of the statements below,
+ * executed with SPI.  That keeps the table an ordinary table: the caller's
+ * privileges, row-level security and triggers apply, and the statements get
+ * the executor's unique-index, row-locking and EvalPlanQual behaviour under
+ * every isolation level.
+ *
+ * Each statement is prepared once per backend, on first use, and kept with
+ * SPI_keepplan.  The SQL is search_path-proof: the table is qualified with
+ * the extension's schema and every operator is spelled OPERATOR(pg_catalog.x),
+ * so objects planted in another schema on the caller's search_path are never
+ * resolved.  The schema is found from the OID of the calling function (the
+ * functions live in @extschema@).  A change to any namespace or type (DROP and
+ * CREATE EXTENSION, ALTER SCHEMA ... RENAME) invalidates the cache through a
+ * syscache callback, and the next call prepares again.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/fmgroids.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+const char *const idem_status_names[IDEM_NUM_STATUSES] = {
+	"processing", "succeeded", "failed", "unknown"
+};
+
+/* The columns, in IdemColumn order, as every statement returns them. */
+#define RECORD_COLUMNS \
+	"scope, key, fingerprint, token, lease_expires_at, created_at, updated_at, " \
+	"completed_at, expires_at, status, attempts, response_code, retryable, " \
+	"recovery_point, result, error"
+
+#define EQ " OPERATOR(pg_catalog.=) "
+#define BY_KEY " WHERE scope" EQ "$1 AND key" EQ "$2 "
+#define IS_PROCESSING " AND status" EQ "'processing'"
+/* Retention counts from completion: shift the deadline by the time taken. */
+#define SHIFT_EXPIRY(now) \
+	"expires_at = expires_at OPERATOR(pg_catalog.+) (" now " OPERATOR(pg_catalog.-) created_at)"
+
+typedef struct StatementSpec
+{
+	const char *sql;			/* "@S@" stands for the quoted schema */
+	int			nargs;
+	Oid			argtypes[8];	/* InvalidOid = the idem_status type */
+} StatementSpec;
+
+static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
+	[STMT_SELECT] = {
+		"SELECT " RECORD_COLUMNS " FROM @S@.idempotency_records" BY_KEY,
+		2, {TEXTOID, TEXTOID}
+	},
+	[STMT_SELECT_FOR_UPDATE] = {
+		"SELECT " RECORD_COLUMNS " FROM @S@.idempotency_records" BY_KEY
+		"FOR NO KEY UPDATE",
+		2, {TEXTOID, TEXTOID}
+	},
+	[STMT_SELECT_SKIP_LOCKED] = {
+		"SELECT " RECORD_COLUMNS " FROM @S@.idempotency_records" BY_KEY
+		"FOR NO KEY UPDATE SKIP LOCKED",
+		2, {TEXTOID, TEXTOID}
+	},
+	/* $3 fingerprint, $4 lease expiry, $5 now, $6 expiry */
+	[STMT_INSERT] = {
+		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
+		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
+		"VALUES ($1, $2, $3, 1, $4, $5, $5, $6, 'processing', 1) "
+		"ON CONFLICT (scope, key) DO NOTHING RETURNING " RECORD_COLUMNS,
+		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* same arguments; the token keeps growing so old owners stay fenced off */
+	[STMT_REUSE] = {
+		"UPDATE @S@.idempotency_records SET fingerprint = $3, "
+		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $4, "
+		"created_at = $5, updated_at = $5, completed_at = NULL, expires_at = $6, "
+		"status = 'processing', attempts = 1, response_code = NULL, "
+		"retryable = false, recovery_point = NULL, result = NULL, error = NULL"
+		BY_KEY "RETURNING " RECORD_COLUMNS,
+		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* $3 lease expiry, $4 now, $5 new expiry or NULL to keep */
+	[STMT_TAKEOVER] = {
+		"UPDATE @S@.idempotency_records SET "
+		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $3, "
+		"updated_at = $4, status = 'processing', "
+		"attempts = attempts OPERATOR(pg_catalog.+) 1, response_code = NULL, "
+		"retryable = false, expires_at = COALESCE($5, expires_at)"
+		BY_KEY "RETURNING " RECORD_COLUMNS,
+		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* $3 token, $4 result, $5 response code, $6 now */
+	[STMT_COMPLETE] = {
+		"UPDATE @S@.idempotency_records SET status = 'succeeded', result = $4, "
+		"response_code = $5, error = NULL, completed_at = $6, updated_at = $6, "
+		"lease_expires_at = NULL, " SHIFT_EXPIRY("$6")
+		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		6, {TEXTOID, TEXTOID, INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID}
+	},
+	/* $3 token, $4 error, $5 retryable, $6 response code, $7 now */
+	[STMT_FAIL] = {
+		"UPDATE @S@.idempotency_records SET status = 'failed', error = $4, "
+		"retryable = $5, response_code = $6, result = NULL, completed_at = $7, "
+		"updated_at = $7, lease_expires_at = NULL, " SHIFT_EXPIRY("$7")
+		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		7, {TEXTOID, TEXTOID, INT8OID, JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID}
+	},
+	/* $3 token, $4 recovery point or NULL, $5 lease expiry or NULL, $6 now */
+	[STMT_CHECKPOINT] = {
+		"UPDATE @S@.idempotency_records SET "
+		"recovery_point = COALESCE($4, recovery_point), "
+		"lease_expires_at = COALESCE($5, lease_expires_at), updated_at = $6"
+		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* $3 token, $4 now: bumping the token fences off the releasing owner */
+	[STMT_RELEASE] = {
+		"UPDATE @S@.idempotency_records SET "
+		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = NULL, updated_at = $4"
+		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	/* $3 token, $4 detail, $5 now */
+	[STMT_MARK_UNKNOWN] = {
+		"UPDATE @S@.idempotency_records SET status = 'unknown', error = $4, "
+		"lease_expires_at = NULL, updated_at = $5"
+		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		5, {TEXTOID, TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID}
+	},
+	/* $3 status, $4 result, $5 error, $6 response code, $7 retryable, $8 now */
+	[STMT_RESOLVE] = {
+		"UPDATE @S@.idempotency_records SET status = $3, result = $4, error = $5, "
+		"response_code = $6, retryable = $7, completed_at = $8, updated_at = $8, "
+		SHIFT_EXPIRY("$8")
+		BY_KEY "AND status" EQ "'unknown' RETURNING " RECORD_COLUMNS,
+		8, {TEXTOID, TEXTOID, InvalidOid, JSONBOID, JSONBOID, INT4OID, BOOLOID,
+		TIMESTAMPTZOID}
+	},
+};
+
+/* Backend-local cache; valid until a namespace or type changes. */
+static bool store_valid = false;
+static bool callbacks_registered = false;
+static Oid	store_namespace = InvalidOid;
+static Oid	records_relid = InvalidOid;
+static Oid	records_pkey_relid = InvalidOid;
+static Oid	status_type = InvalidOid;
+static Oid	status_oids[IDEM_NUM_STATUSES];
+static SPIPlanPtr plans[IDEM_NUM_STATEMENTS];
+
+static void
+store_invalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	store_valid = false;
+}
+
+/* Free what the last schema's cache held; called outside the callback. */
+static void
+store_reset(void)
+{
+	for (int i = 0; i < IDEM_NUM_STATEMENTS; i++)
+	{
+		if (plans[i] != NULL)
+			SPI_freeplan(plans[i]);
+		plans[i] = NULL;
+	}
+	store_namespace = InvalidOid;
+	records_relid = InvalidOid;
+	records_pkey_relid = InvalidOid;
+	status_type = InvalidOid;
+}
+
+static void
+store_load(Oid fn_oid)
+{
+	Oid			nsp;
+
+	if (!callbacks_registered)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, store_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, store_invalidate, (Datum) 0);
+		callbacks_registered = true;
+	}
+	store_reset();
+
+	nsp = get_func_namespace(fn_oid);
+	if (!OidIsValid(nsp))
+		elog(ERROR, "cache lookup failed for function %u", fn_oid);
+
+	records_relid = get_relname_relid("idempotency_records", nsp);
+	records_pkey_relid = get_relname_relid("idempotency_records_pkey", nsp);
+	if (!OidIsValid(records_relid) || !OidIsValid(records_pkey_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("table \"idempotency_records\" or its primary key does not exist in schema \"%s\"",
+						get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+
+	status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+								  CStringGetDatum("idem_status"),
+								  ObjectIdGetDatum(nsp));
+	if (!OidIsValid(status_type))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("type \"idem_status\" does not exist in schema \"%s\"",
+						get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+
+	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
+	{
+		status_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+										 ObjectIdGetDatum(status_type),
+										 CStringGetDatum(idem_status_names[i]));
+		if (!OidIsValid(status_oids[i]))
+			elog(ERROR, "label \"%s\" of type idem_status is missing",
+				 idem_status_names[i]);
+	}
+
+	store_namespace = nsp;
+	store_valid = true;
+}
+
+static char *
+statement_sql(const char *template)
+{
+	const char *schema = quote_identifier(get_namespace_name(store_namespace));
+	StringInfoData buf;
+	const char *p;
+
+	initStringInfo(&buf);
+	for (p = template; *p; p++)
+	{
+		if (strncmp(p, "@S@", 3) == 0)
+		{
+			appendStringInfoString(&buf, schema);
+			p += 2;
+		}
+		else
+			appendStringInfoChar(&buf, *p);
+	}
+	return buf.data;
+}
+
+static SPIPlanPtr
+statement_plan(IdemStatement stmt)
+{
+	const StatementSpec *spec = &statement_specs[stmt];
+	Oid			argtypes[8];
+	SPIPlanPtr	plan;
+
+	if (plans[stmt] != NULL)
+		return plans[stmt];
+
+	for (int i = 0; i < spec->nargs; i++)
+		argtypes[i] = OidIsValid(spec->argtypes[i]) ? spec->argtypes[i] : status_type;
+
+	plan = SPI_prepare(statement_sql(spec->sql), spec->nargs, argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for idempotency statement %d: %s",
+			 (int) stmt, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed for idempotency statement %d", (int) stmt);
+	plans[stmt] = plan;
+	return plan;
+}
+
+/*
+ * Connect to SPI and make sure the statement cache belongs to the schema of
+ * the function being called.  The caller must SPI_finish().
+ */
+void
+idem_store_connect(Oid fn_oid)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!store_valid)
+		store_load(fn_oid);
+}
+
+Oid
+idem_status_type(void)
+{
+	Assert(store_valid);
+	return status_type;
+}
+
+Datum
+idem_status_datum(IdemStatus status)
+{
+	Assert(store_valid);
+	return ObjectIdGetDatum(status_oids[status]);
+}
+
+static IdemStatus
+status_from_datum(Datum value)
+{
+	Oid			label = DatumGetObjectId(value);
+
+	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
+		if (status_oids[i] == label)
+			return (IdemStatus) i;
+	elog(ERROR, "unrecognized idem_status label %u", label);
+	pg_unreachable();
+}
+
+/*
+ * Run a statement.  When it returns a row and rec is given, the row is
+ * copied into rec, its by-reference values allocated in copy_to so that they
+ * outlive SPI_finish.  Returns whether a row came back.
+ *
+ * read_only runs the statement in the caller's snapshot (for STABLE callers);
+ * otherwise each statement takes a fresh snapshot under READ COMMITTED, which
+ * the claim's retry loop relies on to see a row that a concurrent claim has
+ * just committed.
+ */
+bool
+idem_store_exec(IdemStatement stmt, Datum *args, const char *nulls,
+				bool read_only, IdemRecord *rec, MemoryContext copy_to)
+{
+	SPIPlanPtr	plan = statement_plan(stmt);
+	int			ret;
+	TupleDesc	desc;
+	MemoryContext old;
+
+	ret = SPI_execute_plan(plan, args, nulls, read_only, 1);
+	if (ret < 0)
+		elog(ERROR, "SPI_execute_plan failed for idempotency statement %d: %s",
+			 (int) stmt, SPI_result_code_string(ret));
+
+	if (rec != NULL)
+		rec->found = false;
+	if (SPI_processed == 0)
+		return false;
+	if (rec == NULL)
+		return true;
+
+	desc = SPI_tuptable->tupdesc;
+	Assert(desc->natts == IDEM_NUM_COLUMNS);
+	heap_deform_tuple(SPI_tuptable->vals[0], desc, rec->values, rec->nulls);
+
+	old = MemoryContextSwitchTo(copy_to);
+	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!rec->nulls[i] && !att->attbyval)
+			rec->values[i] = datumCopy(rec->values[i], false, att->attlen);
+	}
+	MemoryContextSwitchTo(old);
+
+	rec->status = status_from_datum(rec->values[COL_STATUS]);
+	rec->found = true;
+	return true;
+}
+
+/* The record as a tuple of the idempotency_records row type. */
+HeapTuple
+idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc)
+{
+	if (tupdesc->natts != IDEM_NUM_COLUMNS)
+		elog(ERROR, "idempotency_records has %d columns, expected %d",
+			 tupdesc->natts, IDEM_NUM_COLUMNS);
+	return heap_form_tuple(tupdesc, rec->values, rec->nulls);
+}
+
+/*
+ * Does another transaction hold an uncommitted insert (or delete) of this
+ * key?  The claim with wait => false asks this before inserting, so that it
+ * can answer in_progress instead of waiting on the primary key the way
+ * INSERT ... ON CONFLICT would.  It probes the primary key with a dirty
+ * snapshot, as the executor's own unique checks do; it runs after the
+ * caller's SELECT on the table, so the caller's table privilege has been
+ * checked already, and it reveals nothing the blocking INSERT would not.
+ */
+bool
+idem_store_insert_in_progress(text *scope, text *key)
+{
+	Relation	heap;
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		in_progress = false;
+
+	Assert(store_valid);
+	heap = table_open(records_relid, AccessShareLock);
+	index = index_open(records_pkey_relid, AccessShareLock);
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
+
+	slot = table_slot_create(heap, NULL);
+	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		if ((TransactionIdIsValid(dirty.xmin) &&
+			 !TransactionIdIsCurrentTransactionId(dirty.xmin)) ||
+			(TransactionIdIsValid(dirty.xmax) &&
+			 !TransactionIdIsCurrentTransactionId(dirty.xmax)))
+		{
+			in_progress = true;
+			break;
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
+	return in_progress;
+}
