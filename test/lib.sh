@@ -1,0 +1,80 @@
+# Shared by test/run, test/demo and the benchmark runner: install what the build
+# needs, build and install the extension, start and stop throwaway clusters.
+# Works as root (clusters run as the postgres user) or as a user with sudo.
+
+IDEM_PG_MAJOR=15
+IDEM_PACKAGES="make gcc postgresql-$IDEM_PG_MAJOR postgresql-server-dev-$IDEM_PG_MAJOR
+    postgresql-$IDEM_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl"
+IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+idem_log() { printf '== %s\n' "$*" >&2; }
+
+# Run a command as root (directly, or through sudo).
+idem_as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Install the Debian packages that are missing (apt-get update first).
+idem_install_packages() {
+    local missing=() pkg
+    for pkg in $IDEM_PACKAGES; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    idem_log "installing ${missing[*]}"
+    idem_as_root apt-get update -qq
+    idem_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+idem_bindir() { echo "/usr/lib/postgresql/$IDEM_PG_MAJOR/bin"; }
+
+# Build with -Werror and install into the server's directories.
+idem_build_install() {
+    local pg_config
+    pg_config="$(idem_bindir)/pg_config"
+    idem_log "building and installing the extension"
+    make -C "$IDEM_ROOT" -s PG_CONFIG="$pg_config" >/dev/null
+    idem_as_root make -C "$IDEM_ROOT" -s PG_CONFIG="$pg_config" install >/dev/null
+}
+
+# The user that owns the throwaway clusters: postgres when we are root.
+idem_cluster_user() {
+    if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi
+}
+
+idem_as_cluster_user() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# idem_cluster_start DIR: initdb and start a cluster in DIR on a free private
+# port, listening only on a unix socket in DIR and on 127.0.0.1.  Sets PGHOST,
+# PGPORT, PGUSER, PGDATABASE for the clients.  IDEM_EXTRA_CONF holds extra
+# postgresql.conf lines.
+idem_cluster_start() {
+    local dir=$1 bindir port
+    bindir=$(idem_bindir)
+    mkdir -p "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres "$dir"
+    port=$(( 20000 + RANDOM % 20000 ))
+    idem_as_cluster_user "$bindir/initdb" -D "$dir/data" -A trust -U postgres \
+        --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1
+    {
+        echo "listen_addresses = '127.0.0.1'"
+        echo "port = $port"
+        echo "unix_socket_directories = '$dir'"
+        echo "fsync = off"
+        echo "max_prepared_transactions = 10"
+        printf '%s\n' "${IDEM_EXTRA_CONF:-}"
+    } | idem_as_cluster_user tee -a "$dir/data/postgresql.conf" >/dev/null
+    idem_as_cluster_user "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start >/dev/null
+    export PGHOST=$dir PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+    IDEM_CLUSTER_DIR=$dir
+}
+
+idem_cluster_stop() {
+    [ -n "${IDEM_CLUSTER_DIR:-}" ] || return 0
+    idem_as_cluster_user "$(idem_bindir)/pg_ctl" -D "$IDEM_CLUSTER_DIR/data" -m fast -w stop \
+        >/dev/null 2>&1 || true
+    IDEM_CLUSTER_DIR=
+}
