@@ -14,9 +14,11 @@
  * the extension's schema and every operator is spelled OPERATOR(pg_catalog.x),
  * so objects planted in another schema on the caller's search_path are never
  * resolved.  The schema is found from the OID of the calling function (the
- * functions live in @extschema@).  A change to any namespace or type (DROP and
- * CREATE EXTENSION, ALTER SCHEMA ... RENAME) invalidates the cache through a
- * syscache callback, and the next call prepares again.
+ * functions live in @extschema@).  A change to that schema or to the
+ * extension's status type (DROP and CREATE EXTENSION, ALTER SCHEMA ... RENAME)
+ * invalidates the cache through a syscache callback, and the next call
+ * prepares again.  Changes to the table itself need nothing from us: the plan
+ * cache re-plans saved plans when a relation they use changes.
  *
  *-------------------------------------------------------------------------
  */
@@ -169,10 +171,22 @@ static Oid	status_type = InvalidOid;
 static Oid	status_oids[IDEM_NUM_STATUSES];
 static SPIPlanPtr plans[IDEM_NUM_STATEMENTS];
 
+static uint32 store_namespace_hash;
+static uint32 status_type_hash;
+
+/*
+ * Syscache callback for NAMESPACEOID and TYPEOID: forget the cache when our
+ * schema or our status type changes (hash value 0 means "everything").
+ * Other types come and go all the time (every CREATE TEMP TABLE makes one),
+ * and must not cost a re-prepare.
+ */
 static void
 store_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
-	store_valid = false;
+	uint32		ours = (cacheid == NAMESPACEOID) ? store_namespace_hash : status_type_hash;
+
+	if (hashvalue == 0 || hashvalue == ours)
+		store_valid = false;
 }
 
 /* Free what the last schema's cache held; called outside the callback. */
@@ -238,6 +252,8 @@ store_load(Oid fn_oid)
 	}
 
 	store_namespace = nsp;
+	store_namespace_hash = GetSysCacheHashValue1(NAMESPACEOID, ObjectIdGetDatum(nsp));
+	status_type_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(status_type));
 	store_valid = true;
 }
 
