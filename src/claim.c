@@ -98,9 +98,10 @@ check_fingerprint(IdemRecord *rec, bytea *fingerprint, text *key, text *scope)
 
 /*
  * What a claim arriving at "now" makes of an existing record.  A finished
- * record past its retention, and a released one, count as absent; so does an
- * abandoned one (expired lease) past its retention.  Unknown outcomes never
- * expire here: they wait for idem_resolve.
+ * record past its retention, and a released one, count as absent.  Work that
+ * may have had effects never does: an abandoned record (expired lease) is
+ * taken over, so its next owner sees the recovery point, however old it is,
+ * and an unknown outcome waits for idem_resolve.
  */
 static ClaimOutcome
 classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
@@ -113,15 +114,10 @@ classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
 		case IDEM_PROCESSING:
 			if (rec->nulls[COL_LEASE_EXPIRES_AT])
 				return NEEDS_REUSE; /* released by its owner */
-			if (DatumGetTimestampTz(rec->values[COL_LEASE_EXPIRES_AT]) > now)
-			{
-				check_fingerprint(rec, fingerprint, key, scope);
-				return OUTCOME_IN_PROGRESS;
-			}
-			if (!retained)
-				return NEEDS_REUSE;
 			check_fingerprint(rec, fingerprint, key, scope);
-			return NEEDS_TAKEOVER;
+			if (DatumGetTimestampTz(rec->values[COL_LEASE_EXPIRES_AT]) > now)
+				return OUTCOME_IN_PROGRESS;
+			return NEEDS_TAKEOVER;	/* abandoned: possibly half done */
 		case IDEM_SUCCEEDED:
 			if (!retained)
 				return NEEDS_REUSE;
@@ -139,6 +135,29 @@ classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
 			elog(ERROR, "unrecognized idempotency status %d", (int) rec->status);
 	}
 	pg_unreachable();
+}
+
+/*
+ * The expiry a takeover stores: created_at + retention, so that completion
+ * (which shifts it by the time since created_at) lands on completion +
+ * retention.  The retention is the claim's own when given, else the one the
+ * record was kept with: after a retryable failure that is expires_at -
+ * completed_at, before any completion expires_at - created_at.
+ */
+static TimestampTz
+takeover_expiry(IdemRecord *rec, bool retention_given, int64 retention_us)
+{
+	TimestampTz created = DatumGetTimestampTz(rec->values[COL_CREATED_AT]);
+	TimestampTz expires = DatumGetTimestampTz(rec->values[COL_EXPIRES_AT]);
+
+	if (!retention_given)
+	{
+		TimestampTz since = rec->nulls[COL_COMPLETED_AT] ? created :
+			DatumGetTimestampTz(rec->values[COL_COMPLETED_AT]);
+
+		retention_us = expires - since;
+	}
+	return created + retention_us;
 }
 
 /*
@@ -261,10 +280,15 @@ idem_claim(PG_FUNCTION_ARGS)
 		if (!idem_store_exec(wait ? STMT_SELECT_FOR_UPDATE : STMT_SELECT_SKIP_LOCKED,
 							 by_key, NULL, false, &rec, caller_cxt))
 		{
-			/* locked by another writer, or deleted meanwhile */
+			/*
+			 * Locked by another writer, or deleted meanwhile.  The committed
+			 * version is about to be replaced, so none of it is reported:
+			 * the answer is the same as for an uncommitted new claim.
+			 */
 			if (!wait &&
 				idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, caller_cxt))
 			{
+				rec.found = false;
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
@@ -288,11 +312,11 @@ idem_claim(PG_FUNCTION_ARGS)
 			Datum		args[5] = {
 				PointerGetDatum(scope), PointerGetDatum(key),
 				TimestampTzGetDatum(lease_expires_at), TimestampTzGetDatum(now),
-				retention_given ? TimestampTzGetDatum(expires_at) : (Datum) 0
+				TimestampTzGetDatum(takeover_expiry(&rec, retention_given,
+													expires_at - now))
 			};
 
-			if (!idem_store_exec(STMT_TAKEOVER, args, retention_given ? NULL : "    n",
-								 false, &rec, caller_cxt))
+			if (!idem_store_exec(STMT_TAKEOVER, args, NULL, false, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_TAKEOVER;
 		}

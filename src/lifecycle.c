@@ -86,16 +86,22 @@ explain_owner_miss(text *scope, text *key, int64 token, const char *action,
 	Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 	IdemRecord	rec;
 	int64		current;
+	bool		released;
 
 	if (!idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, CurrentMemoryContext))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_KEY_NOT_FOUND),
 				 errmsg("idempotency key \"%s\" does not exist", text_to_cstring(key)),
 				 errdetail("No record has this key in scope \"%s\".", text_to_cstring(scope)),
-				 errhint("Claim the key with idem_claim() before you %s it.", action)));
+				 errhint("Claim the key with idem_claim() first.")));
 
+	/*
+	 * Release moved the token past the owner's, so the current token of a
+	 * released record is one nobody was given.
+	 */
 	current = DatumGetInt64(rec.values[COL_TOKEN]);
-	if (token != current)
+	released = rec.status == IDEM_PROCESSING && rec.nulls[COL_LEASE_EXPIRES_AT];
+	if (token != current || released)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_STALE_TOKEN),
 				 errmsg("token %lld is not the current fencing token of idempotency key \"%s\"",

@@ -57,8 +57,13 @@ const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 
 #define EQ " OPERATOR(pg_catalog.=) "
 #define BY_KEY " WHERE scope" EQ "$1 AND key" EQ "$2 "
-#define IS_PROCESSING " AND status" EQ "'processing'"
-/* Retention counts from completion: shift the deadline by the time taken. */
+/* owned: processing and not released (a released record has no lease) */
+#define IS_OWNED " AND status" EQ "'processing' AND lease_expires_at IS NOT NULL"
+/*
+ * Retention counts from completion.  While a record is processing,
+ * expires_at - created_at is its retention; finishing shifts the deadline by
+ * the time the work took, which makes it completion + retention.
+ */
 #define SHIFT_EXPIRY(now) \
 	"expires_at = expires_at OPERATOR(pg_catalog.+) (" now " OPERATOR(pg_catalog.-) created_at)"
 
@@ -102,13 +107,13 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		BY_KEY "RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	/* $3 lease expiry, $4 now, $5 new expiry or NULL to keep */
+	/* $3 lease expiry, $4 now, $5 expiry (created_at + retention) */
 	[STMT_TAKEOVER] = {
 		"UPDATE @S@.idempotency_records SET "
 		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $3, "
-		"updated_at = $4, status = 'processing', "
+		"updated_at = $4, completed_at = NULL, status = 'processing', "
 		"attempts = attempts OPERATOR(pg_catalog.+) 1, response_code = NULL, "
-		"retryable = false, expires_at = COALESCE($5, expires_at)"
+		"retryable = false, expires_at = $5"
 		BY_KEY "RETURNING " RECORD_COLUMNS,
 		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
@@ -117,7 +122,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET status = 'succeeded', result = $4, "
 		"response_code = $5, error = NULL, completed_at = $6, updated_at = $6, "
 		"lease_expires_at = NULL, " SHIFT_EXPIRY("$6")
-		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 error, $5 retryable, $6 response code, $7 now */
@@ -125,7 +130,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET status = 'failed', error = $4, "
 		"retryable = $5, response_code = $6, result = NULL, completed_at = $7, "
 		"updated_at = $7, lease_expires_at = NULL, " SHIFT_EXPIRY("$7")
-		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		7, {TEXTOID, TEXTOID, INT8OID, JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 recovery point or NULL, $5 lease expiry or NULL, $6 now */
@@ -133,21 +138,21 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET "
 		"recovery_point = COALESCE($4, recovery_point), "
 		"lease_expires_at = COALESCE($5, lease_expires_at), updated_at = $6"
-		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 now: bumping the token fences off the releasing owner */
 	[STMT_RELEASE] = {
 		"UPDATE @S@.idempotency_records SET "
 		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = NULL, updated_at = $4"
-		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 detail, $5 now */
 	[STMT_MARK_UNKNOWN] = {
 		"UPDATE @S@.idempotency_records SET status = 'unknown', error = $4, "
 		"lease_expires_at = NULL, updated_at = $5"
-		BY_KEY "AND token" EQ "$3" IS_PROCESSING " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		5, {TEXTOID, TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID}
 	},
 	/* $3 status, $4 result, $5 error, $6 response code, $7 retryable, $8 now */
