@@ -67,7 +67,7 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION @extschema@.idem_claim(
     key text,
     fingerprint bytea,
-    lease interval,
+    lease interval DEFAULT NULL,
     scope text DEFAULT '',
     retention interval DEFAULT NULL,
     wait boolean DEFAULT true,
