@@ -17,8 +17,8 @@ COMMENT ON TYPE @extschema@.idem_status IS
  * only index and its columns never change).
  */
 CREATE TABLE @extschema@.idempotency_records (
-    scope            text COLLATE "C" NOT NULL DEFAULT '',
-    key              text COLLATE "C" NOT NULL,
+    scope            text COLLATE pg_catalog."C" NOT NULL DEFAULT '',
+    key              text COLLATE pg_catalog."C" NOT NULL,
     fingerprint      bytea NOT NULL,
     token            bigint NOT NULL,
     lease_expires_at timestamptz,
