@@ -3,8 +3,9 @@
  * claim.c
  *		idem_claim(): take ownership of an idempotency key, or learn its fate.
  *
- * A claim reads the record first, so a replay costs one primary-key lookup
- * and writes nothing.  Only when the key must change hands does it write:
+ * A claim reads the record first (idem_store_fetch: a primary-key lookup
+ * without the executor where privileges allow), so a replay costs one index
+ * probe and writes nothing.  Only when the key must change hands does it write:
  *
  *	 - no row: INSERT ... ON CONFLICT DO NOTHING.  A concurrent uncommitted
  *	   claim of the same key makes the INSERT wait for that transaction, as
@@ -32,6 +33,7 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -137,6 +139,29 @@ classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
 	pg_unreachable();
 }
 
+/* The record STMT_INSERT has just written, without reading it back. */
+static void
+new_record(IdemRecord *rec, text *scope, text *key, bytea *fingerprint,
+		   TimestampTz lease_expires_at, TimestampTz now, TimestampTz expires_at)
+{
+	memset(rec->nulls, true, sizeof(rec->nulls));
+#define SET_COLUMN(col, value) (rec->values[col] = (value), rec->nulls[col] = false)
+	SET_COLUMN(COL_SCOPE, PointerGetDatum(scope));
+	SET_COLUMN(COL_KEY, PointerGetDatum(key));
+	SET_COLUMN(COL_FINGERPRINT, PointerGetDatum(fingerprint));
+	SET_COLUMN(COL_TOKEN, Int64GetDatum(1));
+	SET_COLUMN(COL_LEASE_EXPIRES_AT, TimestampTzGetDatum(lease_expires_at));
+	SET_COLUMN(COL_CREATED_AT, TimestampTzGetDatum(now));
+	SET_COLUMN(COL_UPDATED_AT, TimestampTzGetDatum(now));
+	SET_COLUMN(COL_EXPIRES_AT, TimestampTzGetDatum(expires_at));
+	SET_COLUMN(COL_STATUS, idem_status_datum(IDEM_PROCESSING));
+	SET_COLUMN(COL_ATTEMPTS, Int32GetDatum(1));
+	SET_COLUMN(COL_RETRYABLE, BoolGetDatum(false));
+#undef SET_COLUMN
+	rec->status = IDEM_PROCESSING;
+	rec->found = true;
+}
+
 /*
  * The expiry a takeover stores: created_at + retention, so that completion
  * (which shifts it by the time since created_at) lands on completion +
@@ -158,6 +183,37 @@ takeover_expiry(IdemRecord *rec, bool retention_given, int64 retention_us)
 		retention_us = expires - since;
 	}
 	return created + retention_us;
+}
+
+/*
+ * The result row's descriptor, built once per backend: building it from the
+ * function's OUT parameters on every call costs a catalog lookup and a
+ * descriptor per claim.  It depends only on the function's declaration, so
+ * a different function OID (a re-created extension) builds it again.
+ */
+static TupleDesc
+claim_result_desc(FunctionCallInfo fcinfo)
+{
+	static TupleDesc desc = NULL;
+	static Oid	desc_fn_oid = InvalidOid;
+	TupleDesc	tupdesc;
+	MemoryContext old;
+
+	if (desc != NULL && desc_fn_oid == fcinfo->flinfo->fn_oid)
+		return desc;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != NUM_OUT_COLUMNS)
+		elog(ERROR, "idem_claim must return %d columns", NUM_OUT_COLUMNS);
+
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (desc != NULL)
+		FreeTupleDesc(desc);
+	desc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+	desc_fn_oid = fcinfo->flinfo->fn_oid;
+	MemoryContextSwitchTo(old);
+	return desc;
 }
 
 /*
@@ -185,10 +241,7 @@ claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
 		{OUT_EXPIRES_AT, COL_EXPIRES_AT},
 	};
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != NUM_OUT_COLUMNS)
-		elog(ERROR, "idem_claim must return %d columns", NUM_OUT_COLUMNS);
+	tupdesc = claim_result_desc(fcinfo);
 
 	memset(nulls, true, sizeof(nulls));
 	values[OUT_OUTCOME] = CStringGetTextDatum(outcome_names[outcome]);
@@ -229,6 +282,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		retention_given = !PG_ARGISNULL(4);
 	bool		wait;
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	IdemStore	store;
 	IdemRecord	rec;
 	ClaimOutcome outcome = OUTCOME_IN_PROGRESS;
 	Datum		result;
@@ -245,13 +299,13 @@ idem_claim(PG_FUNCTION_ARGS)
 	idem_arg_not_null(fcinfo, 5, "wait");
 	wait = PG_GETARG_BOOL(5);
 
-	idem_store_connect(fcinfo->flinfo->fn_oid);
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
 	{
 		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 
-		if (!idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, caller_cxt))
+		if (!idem_store_fetch(&store, scope, key, true, &rec, caller_cxt))
 		{
 			Datum		args[6] = {
 				PointerGetDatum(scope), PointerGetDatum(key),
@@ -264,8 +318,9 @@ idem_claim(PG_FUNCTION_ARGS)
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
-			if (idem_store_exec(STMT_INSERT, args, NULL, false, &rec, caller_cxt))
+			if (idem_store_exec(&store, STMT_INSERT, args, NULL, false, NULL, caller_cxt))
 			{
+				new_record(&rec, scope, key, fingerprint, lease_expires_at, now, expires_at);
 				outcome = OUTCOME_NEW;
 				break;
 			}
@@ -277,7 +332,7 @@ idem_claim(PG_FUNCTION_ARGS)
 			break;
 
 		/* Lock the newest version and decide again on it. */
-		if (!idem_store_exec(wait ? STMT_SELECT_FOR_UPDATE : STMT_SELECT_SKIP_LOCKED,
+		if (!idem_store_exec(&store, wait ? STMT_SELECT_FOR_UPDATE : STMT_SELECT_SKIP_LOCKED,
 							 by_key, NULL, false, &rec, caller_cxt))
 		{
 			/*
@@ -285,8 +340,7 @@ idem_claim(PG_FUNCTION_ARGS)
 			 * version is about to be replaced, so none of it is reported:
 			 * the answer is the same as for an uncommitted new claim.
 			 */
-			if (!wait &&
-				idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, caller_cxt))
+			if (!wait && idem_store_fetch(&store, scope, key, true, &rec, caller_cxt))
 			{
 				rec.found = false;
 				outcome = OUTCOME_IN_PROGRESS;
@@ -303,7 +357,7 @@ idem_claim(PG_FUNCTION_ARGS)
 				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
 			};
 
-			if (!idem_store_exec(STMT_REUSE, args, NULL, false, &rec, caller_cxt))
+			if (!idem_store_exec(&store, STMT_REUSE, args, NULL, false, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_NEW;
 		}
@@ -316,7 +370,7 @@ idem_claim(PG_FUNCTION_ARGS)
 													expires_at - now))
 			};
 
-			if (!idem_store_exec(STMT_TAKEOVER, args, NULL, false, &rec, caller_cxt))
+			if (!idem_store_exec(&store, STMT_TAKEOVER, args, NULL, false, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_TAKEOVER;
 		}
@@ -331,7 +385,7 @@ idem_claim(PG_FUNCTION_ARGS)
 				 errhint("Retry the transaction.")));
 
 	/* rec's values live in caller_cxt; the result row must too */
-	SPI_finish();
+	idem_store_close(&store);
 	result = claim_result(fcinfo, outcome, &rec);
 	PG_RETURN_DATUM(result);
 }

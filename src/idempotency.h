@@ -103,11 +103,25 @@ typedef enum IdemStatement
 	IDEM_NUM_STATEMENTS
 } IdemStatement;
 
+/*
+ * One SQL-callable function's use of the store.  It lives on that function's
+ * stack, so an error (which unwinds SPI at abort) leaves nothing stale behind,
+ * and a call nested in another (a trigger claiming a key) has its own.
+ */
+typedef struct IdemStore
+{
+	bool		spi_connected;	/* SPI_connect is done lazily, at first need */
+} IdemStore;
+
 /* record_store.c */
-extern void idem_store_connect(Oid fn_oid);
-extern bool idem_store_exec(IdemStatement stmt, Datum *args, const char *nulls,
-							bool read_only, IdemRecord *rec,
+extern void idem_store_open(IdemStore *store, Oid fn_oid);
+extern void idem_store_close(IdemStore *store);
+extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
+							const char *nulls, bool read_only, IdemRecord *rec,
 							MemoryContext copy_to);
+extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
+							 bool fresh_snapshot, IdemRecord *rec,
+							 MemoryContext copy_to);
 extern bool idem_store_insert_in_progress(text *scope, text *key);
 extern Oid	idem_status_type(void);
 extern Datum idem_status_datum(IdemStatus status);

@@ -80,15 +80,14 @@ is_repeat(IdemRecord *rec, const OwnerWrite *write)
  * call is a repeat of one that already took effect.
  */
 static void
-explain_owner_miss(text *scope, text *key, int64 token, const char *action,
+explain_owner_miss(IdemStore *store, text *scope, text *key, int64 token, const char *action,
 				   const OwnerWrite *write)
 {
-	Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 	IdemRecord	rec;
 	int64		current;
 	bool		released;
 
-	if (!idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, CurrentMemoryContext))
+	if (!idem_store_fetch(store, scope, key, true, &rec, CurrentMemoryContext))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_KEY_NOT_FOUND),
 				 errmsg("idempotency key \"%s\" does not exist", text_to_cstring(key)),
@@ -128,12 +127,13 @@ owner_update(FunctionCallInfo fcinfo, IdemStatement stmt, Datum *args,
 			 IdemRecord *rec)
 {
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	IdemStore	store;
 
-	idem_store_connect(fcinfo->flinfo->fn_oid);
-	if (!idem_store_exec(stmt, args, nulls, false, rec, caller_cxt))
-		explain_owner_miss(DatumGetTextPP(args[0]), DatumGetTextPP(args[1]),
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	if (!idem_store_exec(&store, stmt, args, nulls, false, rec, caller_cxt))
+		explain_owner_miss(&store, DatumGetTextPP(args[0]), DatumGetTextPP(args[1]),
 						   DatumGetInt64(args[2]), action, write);
-	SPI_finish();
+	idem_store_close(&store);
 }
 
 /* A nullable jsonb argument as a datum, or 0 for NULL. */
@@ -156,11 +156,10 @@ idem_complete(PG_FUNCTION_ARGS)
 		write.result, write.response_code, TimestampTzGetDatum(GetCurrentTimestamp())
 	};
 	char		nulls[7] = "      ";
-	IdemRecord	rec;
 
 	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
 	nulls[4] = PG_ARGISNULL(3) ? 'n' : ' ';
-	owner_update(fcinfo, STMT_COMPLETE, args, nulls, "complete", &write, &rec);
+	owner_update(fcinfo, STMT_COMPLETE, args, nulls, "complete", &write, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -173,7 +172,6 @@ idem_fail(PG_FUNCTION_ARGS)
 	OwnerWrite	write;
 	Datum		args[7];
 	char		nulls[8] = "       ";
-	IdemRecord	rec;
 
 	idem_arg_not_null(fcinfo, 2, "error");
 	idem_arg_not_null(fcinfo, 3, "retryable");
@@ -190,7 +188,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	args[5] = write.response_code;
 	args[6] = TimestampTzGetDatum(GetCurrentTimestamp());
 	nulls[5] = write.code_null ? 'n' : ' ';
-	owner_update(fcinfo, STMT_FAIL, args, nulls, "fail", &write, &rec);
+	owner_update(fcinfo, STMT_FAIL, args, nulls, "fail", &write, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -234,9 +232,8 @@ idem_release(PG_FUNCTION_ARGS)
 		PointerGetDatum(scope), PointerGetDatum(key), Int64GetDatum(token),
 		TimestampTzGetDatum(GetCurrentTimestamp())
 	};
-	IdemRecord	rec;
 
-	owner_update(fcinfo, STMT_RELEASE, args, NULL, "release", NULL, &rec);
+	owner_update(fcinfo, STMT_RELEASE, args, NULL, "release", NULL, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -248,7 +245,6 @@ idem_mark_unknown(PG_FUNCTION_ARGS)
 	text	   *scope = idem_arg_scope(fcinfo, 3);
 	OwnerWrite	write;
 	Datum		args[5];
-	IdemRecord	rec;
 
 	idem_arg_not_null(fcinfo, 2, "detail");
 	write = (OwnerWrite) {IDEM_UNKNOWN, (Datum) 0, PG_GETARG_DATUM(2), false, 0, true, false};
@@ -257,7 +253,7 @@ idem_mark_unknown(PG_FUNCTION_ARGS)
 	args[2] = Int64GetDatum(token);
 	args[3] = write.error;
 	args[4] = TimestampTzGetDatum(GetCurrentTimestamp());
-	owner_update(fcinfo, STMT_MARK_UNKNOWN, args, NULL, "mark unknown", &write, &rec);
+	owner_update(fcinfo, STMT_MARK_UNKNOWN, args, NULL, "mark unknown", &write, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -277,14 +273,14 @@ idem_resolve(PG_FUNCTION_ARGS)
 	Datum		payload = jsonb_arg_or_zero(fcinfo, 2);
 	Datum		args[8];
 	char		nulls[9] = "        ";
-	Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
+	IdemStore	store;
 	IdemRecord	rec;
 
 	idem_arg_not_null(fcinfo, 1, "status");
 	idem_arg_not_null(fcinfo, 5, "retryable");
 	retryable = PG_GETARG_BOOL(5);
 
-	idem_store_connect(fcinfo->flinfo->fn_oid);
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
 		if (PG_GETARG_DATUM(1) == idem_status_datum((IdemStatus) i))
 			target = (IdemStatus) i;
@@ -312,9 +308,9 @@ idem_resolve(PG_FUNCTION_ARGS)
 	nulls[4] = args[4] == (Datum) 0 ? 'n' : ' ';
 	nulls[5] = PG_ARGISNULL(3) ? 'n' : ' ';
 
-	if (!idem_store_exec(STMT_RESOLVE, args, nulls, false, &rec, CurrentMemoryContext))
+	if (!idem_store_exec(&store, STMT_RESOLVE, args, nulls, false, NULL, CurrentMemoryContext))
 	{
-		if (!idem_store_exec(STMT_SELECT, by_key, NULL, false, &rec, CurrentMemoryContext))
+		if (!idem_store_fetch(&store, scope, key, true, &rec, CurrentMemoryContext))
 			ereport(ERROR,
 					(errcode(ERRCODE_IDEM_KEY_NOT_FOUND),
 					 errmsg("idempotency key \"%s\" does not exist", text_to_cstring(key)),
@@ -326,7 +322,7 @@ idem_resolve(PG_FUNCTION_ARGS)
 						text_to_cstring(key)),
 				 errdetail("Its status is \"%s\".", idem_status_names[rec.status])));
 	}
-	SPI_finish();
+	idem_store_close(&store);
 	PG_RETURN_VOID();
 }
 
@@ -340,15 +336,15 @@ idem_lookup(PG_FUNCTION_ARGS)
 	text	   *key = idem_arg_key(fcinfo, 0, "idempotency key");
 	text	   *scope = idem_arg_scope(fcinfo, 1);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	IdemStore	store;
 	IdemRecord	rec;
 
 	InitMaterializedSRF(fcinfo, 0);
 
-	idem_store_connect(fcinfo->flinfo->fn_oid);
-	idem_store_exec(STMT_SELECT, by_key, NULL, true, &rec, caller_cxt);
-	SPI_finish();
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	idem_store_fetch(&store, scope, key, false, &rec, caller_cxt);
+	idem_store_close(&store);
 
 	if (rec.found)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rec.values, rec.nulls);

@@ -37,9 +37,12 @@
 #include "utils/datum.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -94,7 +97,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
 		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
 		"VALUES ($1, $2, $3, 1, $4, $5, $5, $6, 'processing', 1) "
-		"ON CONFLICT (scope, key) DO NOTHING RETURNING " RECORD_COLUMNS,
+		"ON CONFLICT (scope, key) DO NOTHING",
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* same arguments; the token keeps growing so old owners stay fenced off */
@@ -122,7 +125,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET status = 'succeeded', result = $4, "
 		"response_code = $5, error = NULL, completed_at = $6, updated_at = $6, "
 		"lease_expires_at = NULL, " SHIFT_EXPIRY("$6")
-		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED,
 		6, {TEXTOID, TEXTOID, INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 error, $5 retryable, $6 response code, $7 now */
@@ -130,7 +133,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET status = 'failed', error = $4, "
 		"retryable = $5, response_code = $6, result = NULL, completed_at = $7, "
 		"updated_at = $7, lease_expires_at = NULL, " SHIFT_EXPIRY("$7")
-		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED,
 		7, {TEXTOID, TEXTOID, INT8OID, JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 recovery point or NULL, $5 lease expiry or NULL, $6 now */
@@ -145,14 +148,14 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	[STMT_RELEASE] = {
 		"UPDATE @S@.idempotency_records SET "
 		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = NULL, updated_at = $4"
-		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED,
 		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	/* $3 token, $4 detail, $5 now */
 	[STMT_MARK_UNKNOWN] = {
 		"UPDATE @S@.idempotency_records SET status = 'unknown', error = $4, "
 		"lease_expires_at = NULL, updated_at = $5"
-		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND token" EQ "$3" IS_OWNED,
 		5, {TEXTOID, TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID}
 	},
 	/* $3 status, $4 result, $5 error, $6 response code, $7 retryable, $8 now */
@@ -160,7 +163,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"UPDATE @S@.idempotency_records SET status = $3, result = $4, error = $5, "
 		"response_code = $6, retryable = $7, completed_at = $8, updated_at = $8, "
 		SHIFT_EXPIRY("$8")
-		BY_KEY "AND status" EQ "'unknown' RETURNING " RECORD_COLUMNS,
+		BY_KEY "AND status" EQ "'unknown'",
 		8, {TEXTOID, TEXTOID, InvalidOid, JSONBOID, JSONBOID, INT4OID, BOOLOID,
 		TIMESTAMPTZOID}
 	},
@@ -307,16 +310,24 @@ statement_plan(IdemStatement stmt)
 }
 
 /*
- * Connect to SPI and make sure the statement cache belongs to the schema of
- * the function being called.  The caller must SPI_finish().
+ * Make sure the statement cache belongs to the schema of the function being
+ * called.  No SPI connection yet: a replay that reads directly never needs
+ * one.  Every open is paired with idem_store_close on the success path.
  */
 void
-idem_store_connect(Oid fn_oid)
+idem_store_open(IdemStore *store, Oid fn_oid)
 {
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	store->spi_connected = false;
 	if (!store_valid)
 		store_load(fn_oid);
+}
+
+void
+idem_store_close(IdemStore *store)
+{
+	if (store->spi_connected)
+		SPI_finish();
+	store->spi_connected = false;
 }
 
 Oid
@@ -345,6 +356,28 @@ status_from_datum(Datum value)
 	pg_unreachable();
 }
 
+/* Copy a deformed row's by-reference values into copy_to and decode it. */
+static void
+record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
+{
+	MemoryContext old = MemoryContextSwitchTo(copy_to);
+
+	if (desc->natts != IDEM_NUM_COLUMNS)
+		elog(ERROR, "idempotency_records has %d columns, expected %d",
+			 desc->natts, IDEM_NUM_COLUMNS);
+	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!rec->nulls[i] && !att->attbyval)
+			rec->values[i] = datumCopy(rec->values[i], false, att->attlen);
+	}
+	MemoryContextSwitchTo(old);
+
+	rec->status = status_from_datum(rec->values[COL_STATUS]);
+	rec->found = true;
+}
+
 /*
  * Run a statement.  When it returns a row and rec is given, the row is
  * copied into rec, its by-reference values allocated in copy_to so that they
@@ -356,13 +389,21 @@ status_from_datum(Datum value)
  * just committed.
  */
 bool
-idem_store_exec(IdemStatement stmt, Datum *args, const char *nulls,
-				bool read_only, IdemRecord *rec, MemoryContext copy_to)
+idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
+				const char *nulls, bool read_only, IdemRecord *rec,
+				MemoryContext copy_to)
 {
-	SPIPlanPtr	plan = statement_plan(stmt);
+	SPIPlanPtr	plan;
 	int			ret;
 	TupleDesc	desc;
-	MemoryContext old;
+
+	if (!store->spi_connected)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		store->spi_connected = true;
+	}
+	plan = statement_plan(stmt);
 
 	ret = SPI_execute_plan(plan, args, nulls, read_only, 1);
 	if (ret < 0)
@@ -379,20 +420,83 @@ idem_store_exec(IdemStatement stmt, Datum *args, const char *nulls,
 	desc = SPI_tuptable->tupdesc;
 	Assert(desc->natts == IDEM_NUM_COLUMNS);
 	heap_deform_tuple(SPI_tuptable->vals[0], desc, rec->values, rec->nulls);
-
-	old = MemoryContextSwitchTo(copy_to);
-	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (!rec->nulls[i] && !att->attbyval)
-			rec->values[i] = datumCopy(rec->values[i], false, att->attlen);
-	}
-	MemoryContextSwitchTo(old);
-
-	rec->status = status_from_datum(rec->values[COL_STATUS]);
-	rec->found = true;
+	record_keep(rec, desc, copy_to);
 	return true;
+}
+
+/*
+ * Can this user read the table without the executor?  Only with a plain
+ * table-level SELECT privilege and no row-level security in force: then the
+ * executor would return exactly the row the index does.  Everyone else goes
+ * through SPI, which applies column privileges and policies.
+ */
+static bool
+direct_read_allowed(void)
+{
+	return pg_class_aclcheck(records_relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+		check_enable_rls(records_relid, InvalidOid, true) != RLS_ENABLED;
+}
+
+/*
+ * Read the record of (scope, key): the claim's and the lookup's first step,
+ * so its cost is the cost of a replay.  Where direct_read_allowed(), this is
+ * a primary-key index scan without the executor; it sees what a SELECT run
+ * through SPI would see: with fresh_snapshot, the snapshot SPI takes for a
+ * volatile function (after CommandCounterIncrement, so earlier calls in the
+ * same statement are visible; a new one per call under READ COMMITTED),
+ * otherwise the caller's active snapshot.  The index and heap access methods
+ * take the predicate locks that SERIALIZABLE needs.
+ */
+bool
+idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
+				 IdemRecord *rec, MemoryContext copy_to)
+{
+	Relation	heap;
+	Relation	index;
+	Snapshot	snapshot;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+
+	Assert(store_valid);
+	if (!direct_read_allowed())
+	{
+		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
+
+		return idem_store_exec(store, STMT_SELECT, by_key, NULL, !fresh_snapshot,
+							   rec, copy_to);
+	}
+
+	if (fresh_snapshot)
+	{
+		CommandCounterIncrement();
+		snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	}
+	else
+		snapshot = RegisterSnapshot(GetActiveSnapshot());
+
+	heap = table_open(records_relid, AccessShareLock);
+	index = index_open(records_pkey_relid, AccessShareLock);
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
+
+	slot = table_slot_create(heap, NULL);
+	scan = index_beginscan(heap, index, snapshot, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	rec->found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (rec->found)
+	{
+		slot_getallattrs(slot);
+		memcpy(rec->values, slot->tts_values, sizeof(rec->values));
+		memcpy(rec->nulls, slot->tts_isnull, sizeof(rec->nulls));
+		record_keep(rec, RelationGetDescr(heap), copy_to);
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	UnregisterSnapshot(snapshot);
+	return rec->found;
 }
 
 /* The record as a tuple of the idempotency_records row type. */
