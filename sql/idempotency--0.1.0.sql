@@ -167,3 +167,499 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean),
     @extschema@.idem_lookup(text, text)
 FROM PUBLIC;
+
+/*
+ * State machines.
+ *
+ * A machine is a set of states and of moves between them; it lives in two
+ * tables that pg_dump keeps (the extension's own built-in machines, named
+ * "idem.*", are created by this script and not dumped).  A machine is
+ * attached to a column of a table by the trigger idem_enforce_transition,
+ * which refuses every move the machine does not contain.  The trigger reads
+ * definitions from a per-backend cache; a statement trigger on the two tables
+ * invalidates that cache in every session when a definition changes.
+ */
+
+CREATE TABLE @extschema@.idem_machines (
+    name           text COLLATE pg_catalog."C" NOT NULL,
+    states         text[] NOT NULL,
+    initial_states text[] NOT NULL DEFAULT '{}',
+    defined_at     timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT idem_machines_pkey PRIMARY KEY (name)
+);
+
+COMMENT ON TABLE @extschema@.idem_machines IS
+    'state machines: every state, and the states a new row may start in (none = any)';
+
+CREATE TABLE @extschema@.idem_machine_moves (
+    machine    text COLLATE pg_catalog."C" NOT NULL,
+    from_state text COLLATE pg_catalog."C" NOT NULL,
+    to_state   text COLLATE pg_catalog."C" NOT NULL,
+    CONSTRAINT idem_machine_moves_pkey PRIMARY KEY (machine, from_state, to_state)
+);
+
+COMMENT ON TABLE @extschema@.idem_machine_moves IS
+    'the moves of each state machine; a state without moves is terminal';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_machines',
+    $$WHERE name OPERATOR(pg_catalog.!~~) 'idem.%'$$);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_machine_moves',
+    $$WHERE machine OPERATOR(pg_catalog.!~~) 'idem.%'$$);
+
+CREATE FUNCTION @extschema@.idem_machines_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_machines_changed'
+LANGUAGE C;
+
+CREATE TRIGGER idem_machines_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_machines
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_machines_changed();
+CREATE TRIGGER idem_machine_moves_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_machine_moves
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_machines_changed();
+
+CREATE FUNCTION @extschema@.idem_enforce_transition()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_enforce_transition'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_enforce_transition() IS
+    'BEFORE INSERT OR UPDATE trigger: idem_enforce_transition(machine, column) refuses moves the machine does not contain';
+
+CREATE FUNCTION @extschema@.idem_define_machine(
+    machine text,
+    moves jsonb,
+    initial text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    from_state text;
+    targets jsonb;
+    target jsonb;
+    all_states text[];
+    bad text;
+BEGIN
+    IF idem_define_machine.machine IS NULL THEN
+        RAISE EXCEPTION 'machine name must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_define_machine.machine = '' OR octet_length(idem_define_machine.machine) > 63 THEN
+        RAISE EXCEPTION 'invalid machine name "%"', idem_define_machine.machine
+            USING ERRCODE = '22023',
+                  DETAIL = 'A machine name has 1 to 63 bytes.';
+    END IF;
+    IF idem_define_machine.machine LIKE 'idem.%' THEN
+        RAISE EXCEPTION 'machine name "%" is reserved', idem_define_machine.machine
+            USING ERRCODE = '42939',
+                  HINT = 'Names starting with "idem." belong to the extension.';
+    END IF;
+    IF moves IS NULL THEN
+        RAISE EXCEPTION 'moves must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF jsonb_typeof(moves) <> 'object' THEN
+        RAISE EXCEPTION 'moves of machine "%" must be a JSON object', idem_define_machine.machine
+            USING ERRCODE = '22023',
+                  DETAIL = 'Each key is a state; its value is the array of states it may move to.',
+                  HINT = 'For example: {"PENDING": ["PAID", "CANCELLED"], "PAID": ["REFUNDED"]}.';
+    END IF;
+    FOR from_state, targets IN SELECT e.key, e.value FROM jsonb_each(moves) e LOOP
+        IF from_state = '' THEN
+            RAISE EXCEPTION 'machine "%" has an empty state name', idem_define_machine.machine
+                USING ERRCODE = '22023';
+        END IF;
+        IF jsonb_typeof(targets) <> 'array' THEN
+            RAISE EXCEPTION 'moves from state "%" of machine "%" must be a JSON array',
+                    from_state, idem_define_machine.machine
+                USING ERRCODE = '22023',
+                      DETAIL = format('The value given was %s.', targets);
+        END IF;
+        FOR target IN SELECT t.value FROM jsonb_array_elements(targets) t LOOP
+            IF jsonb_typeof(target) <> 'string' OR target #>> '{}' = '' THEN
+                RAISE EXCEPTION 'invalid target state % in the moves from state "%" of machine "%"',
+                        target, from_state, idem_define_machine.machine
+                    USING ERRCODE = '22023',
+                          DETAIL = 'States are non-empty strings.';
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    SELECT array_agg(s ORDER BY s COLLATE "C") INTO all_states
+    FROM (SELECT e.key AS s FROM jsonb_each(moves) e
+          UNION
+          SELECT t FROM jsonb_each(moves) e, jsonb_array_elements_text(e.value) t) states;
+    IF all_states IS NULL THEN
+        RAISE EXCEPTION 'machine "%" has no states', idem_define_machine.machine
+            USING ERRCODE = '22023';
+    END IF;
+
+    IF initial IS NOT NULL THEN
+        SELECT i INTO bad FROM unnest(initial) i WHERE i IS NULL OR NOT i = ANY (all_states) LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'initial state "%" is not a state of machine "%"',
+                    coalesce(bad, 'NULL'), idem_define_machine.machine
+                USING ERRCODE = '22023',
+                      DETAIL = format('Its states are %s.', all_states);
+        END IF;
+    END IF;
+
+    -- The row lock serializes concurrent definitions of one machine.
+    INSERT INTO @extschema@.idem_machines (name, states, initial_states, defined_at)
+    VALUES (idem_define_machine.machine, all_states,
+            coalesce((SELECT array_agg(i ORDER BY i COLLATE "C")
+                      FROM (SELECT DISTINCT i FROM unnest(initial) i) d), '{}'),
+            clock_timestamp())
+    ON CONFLICT (name) DO UPDATE
+        SET states = EXCLUDED.states, initial_states = EXCLUDED.initial_states,
+            defined_at = EXCLUDED.defined_at;
+    DELETE FROM @extschema@.idem_machine_moves WHERE machine = idem_define_machine.machine;
+    INSERT INTO @extschema@.idem_machine_moves (machine, from_state, to_state)
+    SELECT DISTINCT idem_define_machine.machine, e.key, t
+    FROM jsonb_each(moves) e, jsonb_array_elements_text(e.value) t
+    WHERE e.key <> t;                   -- staying in a state is always allowed
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_define_machine(text, jsonb, text[]) IS
+    'create or replace a state machine from {"STATE": ["NEXT", ...], ...}';
+
+/* Where machines are attached: the enforcing triggers, read from the catalog. */
+CREATE FUNCTION @extschema@.idem_trigger_arg(tgargs bytea, n integer)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_trigger_arg'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_trigger_arg(bytea, integer) IS
+    'argument n (from 1) of a trigger, from pg_trigger.tgargs';
+
+CREATE VIEW @extschema@.idem_attached_machines AS
+SELECT t.tgrelid::pg_catalog.regclass AS table_name,
+       @extschema@.idem_trigger_arg(t.tgargs, 2)::pg_catalog.name AS state_column,
+       @extschema@.idem_trigger_arg(t.tgargs, 1) AS machine,
+       t.tgname AS trigger_name
+FROM pg_catalog.pg_trigger t
+WHERE t.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure;
+
+COMMENT ON VIEW @extschema@.idem_attached_machines IS
+    'every column governed by a state machine, and the trigger that enforces it';
+
+CREATE FUNCTION @extschema@.idem_drop_machine(machine text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    attached text;
+BEGIN
+    IF idem_drop_machine.machine LIKE 'idem.%' THEN
+        RAISE EXCEPTION 'machine "%" belongs to the extension', idem_drop_machine.machine
+            USING ERRCODE = '42939';
+    END IF;
+    -- lock the definition first, so that no attach can slip in between
+    PERFORM 1 FROM @extschema@.idem_machines WHERE name = idem_drop_machine.machine FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', idem_drop_machine.machine
+            USING ERRCODE = '42704';
+    END IF;
+    SELECT string_agg(format('%s.%I', a.table_name, a.state_column), ', ') INTO attached
+    FROM @extschema@.idem_attached_machines a WHERE a.machine = idem_drop_machine.machine;
+    IF attached IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot drop state machine "%" because it is attached', idem_drop_machine.machine
+            USING ERRCODE = '2BP01',
+                  DETAIL = format('It governs %s.', attached),
+                  HINT = 'Detach it with idem_detach_machine() first.';
+    END IF;
+    DELETE FROM @extschema@.idem_machine_moves WHERE machine = idem_drop_machine.machine;
+    DELETE FROM @extschema@.idem_machines WHERE name = idem_drop_machine.machine;
+END
+$function$;
+
+CREATE FUNCTION @extschema@.idem_machine_moves(machine text)
+RETURNS TABLE (from_state text, to_state text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+BEGIN
+    PERFORM 1 FROM @extschema@.idem_machines WHERE name = idem_machine_moves.machine;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', idem_machine_moves.machine
+            USING ERRCODE = '42704';
+    END IF;
+    RETURN QUERY
+        SELECT m.from_state::text, m.to_state::text
+        FROM @extschema@.idem_machine_moves m
+        WHERE m.machine = idem_machine_moves.machine
+        ORDER BY 1, 2;
+END
+$function$;
+
+CREATE FUNCTION @extschema@.idem_machine_states(machine text)
+RETURNS TABLE (state text, initial boolean, terminal boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    def record;
+BEGIN
+    SELECT * INTO def FROM @extschema@.idem_machines WHERE name = idem_machine_states.machine;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', idem_machine_states.machine
+            USING ERRCODE = '42704';
+    END IF;
+    RETURN QUERY
+        SELECT s, s = ANY (def.initial_states),
+               NOT EXISTS (SELECT 1 FROM @extschema@.idem_machine_moves m
+                           WHERE m.machine = idem_machine_states.machine AND m.from_state = s)
+        FROM unnest(def.states) s
+        ORDER BY 1;
+END
+$function$;
+
+CREATE FUNCTION @extschema@.idem_machine_dot(machine text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    out text;
+BEGIN
+    -- DOT quoted IDs: escape backslashes and double quotes
+    WITH st AS (SELECT * FROM @extschema@.idem_machine_states(machine)),
+         q AS (SELECT state, initial, terminal,
+                      '"' || replace(replace(state, '\', '\\'), '"', '\"') || '"' AS id FROM st)
+    SELECT 'digraph ' || '"' || replace(replace(machine, '\', '\\'), '"', '\"') || '"' || E' {\n'
+        || E'    rankdir=LR;\n'
+        || E'    node [shape=circle];\n'
+        || coalesce((SELECT string_agg(format(E'    %s [shape=%s];\n', id,
+                                              CASE WHEN terminal THEN 'doublecircle' ELSE 'circle' END),
+                                       '' ORDER BY state) FROM q), '')
+        || coalesce((SELECT E'    "" [shape=point];\n'
+                            || string_agg(format(E'    "" -> %s;\n', id), '' ORDER BY state)
+                     FROM q WHERE initial), '')
+        || coalesce((SELECT string_agg(format(E'    %s -> %s;\n', f.id, t.id), ''
+                                       ORDER BY m.from_state, m.to_state)
+                     FROM @extschema@.idem_machine_moves m
+                     JOIN q f ON f.state = m.from_state
+                     JOIN q t ON t.state = m.to_state
+                     WHERE m.machine = idem_machine_dot.machine), '')
+        || '}'
+    INTO out;
+    RETURN out;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_machine_dot(text) IS
+    'the machine as a Graphviz digraph: initial states marked by an arrow from a point, terminal states as double circles';
+
+/*
+ * The optional transition log: an AFTER trigger writing one row per change
+ * of the state column into a log table next to the governed table.
+ * Arguments: the log table, the state column, the machine, the key columns.
+ */
+CREATE FUNCTION @extschema@.idem_log_transition()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    new_row jsonb := to_jsonb(NEW);
+    old_state text;
+    row_key jsonb;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        old_state := to_jsonb(OLD) ->> TG_ARGV[1];
+        IF old_state IS NOT DISTINCT FROM new_row ->> TG_ARGV[1] THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    SELECT jsonb_object_agg(k, new_row -> k) INTO row_key
+    FROM unnest(TG_ARGV[3:]) k;
+    EXECUTE format('INSERT INTO %s (row_key, state_column, machine, from_state, to_state) '
+                   'VALUES ($1, $2, $3, $4, $5)', TG_ARGV[0])
+        USING coalesce(row_key, new_row), TG_ARGV[1], TG_ARGV[2], old_state,
+              new_row ->> TG_ARGV[1];
+    RETURN NULL;
+END
+$function$;
+
+CREATE FUNCTION @extschema@.idem_attach_machine(
+    table_name regclass,
+    state_column name,
+    machine text,
+    log boolean DEFAULT false,
+    validate boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    states text[];
+    col_type oid;
+    bad text;
+    key_columns text[];
+    log_table text;
+BEGIN
+    IF table_name IS NULL OR state_column IS NULL OR machine IS NULL
+       OR log IS NULL OR validate IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_attach_machine must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- share-lock the definition: it cannot be dropped while we attach it
+    SELECT m.states INTO states FROM @extschema@.idem_machines m
+    WHERE m.name = idem_attach_machine.machine FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', machine
+            USING ERRCODE = '42704',
+                  HINT = 'Define it with idem_define_machine() first.';
+    END IF;
+    SELECT a.atttypid INTO col_type FROM pg_attribute a
+    WHERE a.attrelid = table_name AND a.attname = state_column
+      AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of relation % does not exist', state_column, table_name
+            USING ERRCODE = '42703';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.idem_attached_machines a
+               WHERE a.table_name = idem_attach_machine.table_name
+                 AND a.state_column = idem_attach_machine.state_column) THEN
+        RAISE EXCEPTION 'column "%" of relation % already has a state machine', state_column, table_name
+            USING ERRCODE = '42710',
+                  HINT = 'Detach it with idem_detach_machine() first.';
+    END IF;
+
+    -- CREATE TRIGGER checks the caller's TRIGGER privilege and locks the table
+    -- (SHARE ROW EXCLUSIVE), so no row changes while we validate.  The name
+    -- sorts after ordinary names: BEFORE triggers fire in name order, and this
+    -- one must see the row as the other BEFORE triggers left it.
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE OF %I ON %s '
+                   'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_enforce_transition(%L, %L)',
+                   left('zz_idem_machine_' || state_column, 63), state_column, table_name,
+                   machine, state_column);
+
+    IF validate THEN
+        EXECUTE format('SELECT s FROM (SELECT DISTINCT %I::text AS s FROM %s) v '
+                       'WHERE s IS NOT NULL AND NOT s = ANY ($1) LIMIT 1',
+                       state_column, table_name)
+            INTO bad USING states;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of relation % contains "%", which is not a state of machine "%"',
+                    state_column, table_name, bad, machine
+                USING ERRCODE = '23514',
+                      HINT = 'Define the machine with that state, fix the rows, or attach with validate => false.';
+        END IF;
+    END IF;
+
+    IF log THEN
+        SELECT array_agg(a.attname::text ORDER BY k.ord) INTO key_columns
+        FROM pg_index i
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indrelid = table_name AND i.indisprimary;
+        log_table := format('%I.%I',
+                            (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                             WHERE c.oid = table_name),
+                            left((SELECT c.relname FROM pg_class c WHERE c.oid = table_name) || '_state_log', 63));
+        EXECUTE format('CREATE TABLE IF NOT EXISTS %s ('
+                       'logged_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(), '
+                       'row_key jsonb NOT NULL, '
+                       'state_column name NOT NULL, '
+                       'machine text NOT NULL, '
+                       'from_state text, '
+                       'to_state text, '
+                       'xact_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(), '
+                       'changed_by name NOT NULL DEFAULT CURRENT_USER)', log_table);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %I ON %s '
+                       'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_log_transition(%L, %L, %L%s)',
+                       left('zz_idem_machine_log_' || state_column, 63), state_column, table_name,
+                       log_table, state_column, machine,
+                       coalesce((SELECT string_agg(format(', %L', k), '') FROM unnest(key_columns) k), ''));
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_attach_machine(regclass, name, text, boolean, boolean) IS
+    'govern a column with a state machine (and optionally log every change in <table>_state_log)';
+
+CREATE FUNCTION @extschema@.idem_detach_machine(table_name regclass, state_column name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    trig record;
+    found_one boolean := false;
+BEGIN
+    FOR trig IN
+        SELECT t.tgname FROM pg_trigger t
+        WHERE t.tgrelid = table_name
+          AND t.tgfoid IN ('@extschema@.idem_enforce_transition()'::regprocedure,
+                           '@extschema@.idem_log_transition()'::regprocedure)
+          -- both triggers take the state column as their second argument
+          AND @extschema@.idem_trigger_arg(t.tgargs, 2) = state_column::text
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trig.tgname, table_name);
+        found_one := true;
+    END LOOP;
+    IF NOT found_one THEN
+        RAISE EXCEPTION 'column "%" of relation % has no state machine', state_column, table_name
+            USING ERRCODE = '42704';
+    END IF;
+END
+$function$;
+
+CREATE FUNCTION @extschema@.idem_transition(
+    table_name regclass,
+    key text,
+    to_state text,
+    from_states text[] DEFAULT NULL,
+    state_column name DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_transition'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.idem_transition(
+    table_name regclass,
+    key text[],
+    to_state text,
+    from_states text[] DEFAULT NULL,
+    state_column name DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_transition'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_transition(regclass, text, text, text[], name) IS
+    'compare-and-set of a governed state column by primary key: applied | already | rejected';
+
+/* The records' own statuses follow a built-in machine. */
+INSERT INTO @extschema@.idem_machines (name, states, initial_states)
+VALUES ('idem.record', '{failed,processing,succeeded,unknown}', '{}');
+INSERT INTO @extschema@.idem_machine_moves (machine, from_state, to_state) VALUES
+    ('idem.record', 'processing', 'succeeded'),
+    ('idem.record', 'processing', 'failed'),
+    ('idem.record', 'processing', 'unknown'),
+    ('idem.record', 'failed', 'processing'),    -- takeover of a retryable failure
+    ('idem.record', 'unknown', 'succeeded'),    -- idem_resolve
+    ('idem.record', 'unknown', 'failed');
+
+CREATE TRIGGER zz_idem_machine_status
+    BEFORE INSERT OR UPDATE OF status ON @extschema@.idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_enforce_transition('idem.record', 'status');
+
+/*
+ * Privileges of the state machine objects: definitions are readable by all;
+ * changing them is granted explicitly (README, "Privileges").
+ */
+REVOKE ALL ON TABLE @extschema@.idem_machines, @extschema@.idem_machine_moves FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.idem_machines, @extschema@.idem_machine_moves,
+    @extschema@.idem_attached_machines TO PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_define_machine(text, jsonb, text[]),
+    @extschema@.idem_drop_machine(text),
+    @extschema@.idem_attach_machine(regclass, name, text, boolean, boolean),
+    @extschema@.idem_detach_machine(regclass, name)
+FROM PUBLIC;

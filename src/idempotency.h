@@ -27,6 +27,7 @@
 #define ERRCODE_IDEM_STALE_TOKEN			MAKE_SQLSTATE('I','K','0','0','2')
 #define ERRCODE_IDEM_INVALID_STATE			MAKE_SQLSTATE('I','K','0','0','3')
 #define ERRCODE_IDEM_KEY_NOT_FOUND			MAKE_SQLSTATE('I','K','0','0','4')
+#define ERRCODE_IDEM_INVALID_TRANSITION		MAKE_SQLSTATE('I','K','0','0','5')
 
 /* Largest fingerprint accepted: a SHA-512 digest. */
 #define IDEM_MAX_FINGERPRINT_BYTES	64
@@ -103,6 +104,25 @@ typedef enum IdemStatement
 	IDEM_NUM_STATEMENTS
 } IdemStatement;
 
+/* The extension's own objects (extension_objects.c). */
+typedef struct IdemObjects
+{
+	uint64		generation;		/* grows at every reload */
+	Oid			namespace;		/* @extschema@ */
+	Oid			records;		/* idempotency_records and its primary key */
+	Oid			records_pkey;
+	Oid			machines;		/* idem_machines and its primary key */
+	Oid			machines_pkey;
+	Oid			moves;			/* idem_machine_moves and its primary key */
+	Oid			moves_pkey;
+	Oid			enforce_fn;		/* idem_enforce_transition() */
+	Oid			status_type;	/* idem_status and its labels */
+	Oid			status_labels[IDEM_NUM_STATUSES];
+} IdemObjects;
+
+extern const IdemObjects *idem_objects(Oid fn_oid);
+extern const IdemObjects *idem_objects_current(void);
+
 /*
  * One SQL-callable function's use of the store.  It lives on that function's
  * stack, so an error (which unwinds SPI at abort) leaves nothing stale behind,
@@ -126,6 +146,23 @@ extern bool idem_store_insert_in_progress(text *scope, text *key);
 extern Oid	idem_status_type(void);
 extern Datum idem_status_datum(IdemStatus status);
 extern HeapTuple idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc);
+
+/* A compiled state machine (machine.c). */
+typedef struct IdemMachine
+{
+	char		name[NAMEDATALEN];
+	int			nstates;
+	char	  **states;			/* sorted by strcmp */
+	bool	   *initial;		/* per state */
+	bool		has_initial;	/* false: a row may start in any state */
+	bool	   *moves;			/* [from * nstates + to] */
+} IdemMachine;
+
+/* machine.c */
+extern IdemMachine *idem_machine_get(Oid fn_oid, const char *name);
+extern uint64 idem_machine_generation(void);
+extern int	idem_machine_state_index(const IdemMachine *machine, const char *state);
+extern char *idem_machine_moves_from(const IdemMachine *machine, int from);
 
 /* validation.c */
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *what);

@@ -30,7 +30,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -100,14 +99,18 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"ON CONFLICT (scope, key) DO NOTHING",
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	/* same arguments; the token keeps growing so old owners stay fenced off */
+	/*
+	 * Same arguments.  The old row goes and a new one comes in one statement:
+	 * the records' state machine has no move from a finished status back to
+	 * processing, and a new row is what an absent record is.  The token keeps
+	 * growing, so old owners stay fenced off.
+	 */
 	[STMT_REUSE] = {
-		"UPDATE @S@.idempotency_records SET fingerprint = $3, "
-		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $4, "
-		"created_at = $5, updated_at = $5, completed_at = NULL, expires_at = $6, "
-		"status = 'processing', attempts = 1, response_code = NULL, "
-		"retryable = false, recovery_point = NULL, result = NULL, error = NULL"
-		BY_KEY "RETURNING " RECORD_COLUMNS,
+		"WITH old AS (DELETE FROM @S@.idempotency_records" BY_KEY "RETURNING token) "
+		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
+		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
+		"SELECT $1, $2, $3, old.token OPERATOR(pg_catalog.+) 1, $4, $5, $5, $6, "
+		"'processing', 1 FROM old RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* $3 lease expiry, $4 now, $5 expiry (created_at + retention) */
@@ -169,37 +172,16 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	},
 };
 
-/* Backend-local cache; valid until a namespace or type changes. */
-static bool store_valid = false;
-static bool callbacks_registered = false;
-static Oid	store_namespace = InvalidOid;
-static Oid	records_relid = InvalidOid;
-static Oid	records_pkey_relid = InvalidOid;
-static Oid	status_type = InvalidOid;
-static Oid	status_oids[IDEM_NUM_STATUSES];
-static SPIPlanPtr plans[IDEM_NUM_STATEMENTS];
-
-static uint32 store_namespace_hash;
-static uint32 status_type_hash;
-
 /*
- * Syscache callback for NAMESPACEOID and TYPEOID: forget the cache when our
- * schema or our status type changes (hash value 0 means "everything").
- * Other types come and go all the time (every CREATE TEMP TABLE makes one),
- * and must not cost a re-prepare.
+ * Prepared plans, for the generation of extension objects they were made
+ * for; "objects" is set by idem_store_open for the duration of a call.
  */
-static void
-store_invalidate(Datum arg, int cacheid, uint32 hashvalue)
-{
-	uint32		ours = (cacheid == NAMESPACEOID) ? store_namespace_hash : status_type_hash;
+static SPIPlanPtr plans[IDEM_NUM_STATEMENTS];
+static uint64 plans_generation = 0;
+static const IdemObjects *objects;
 
-	if (hashvalue == 0 || hashvalue == ours)
-		store_valid = false;
-}
-
-/* Free what the last schema's cache held; called outside the callback. */
 static void
-store_reset(void)
+forget_plans(void)
 {
 	for (int i = 0; i < IDEM_NUM_STATEMENTS; i++)
 	{
@@ -207,68 +189,12 @@ store_reset(void)
 			SPI_freeplan(plans[i]);
 		plans[i] = NULL;
 	}
-	store_namespace = InvalidOid;
-	records_relid = InvalidOid;
-	records_pkey_relid = InvalidOid;
-	status_type = InvalidOid;
-}
-
-static void
-store_load(Oid fn_oid)
-{
-	Oid			nsp;
-
-	if (!callbacks_registered)
-	{
-		CacheRegisterSyscacheCallback(NAMESPACEOID, store_invalidate, (Datum) 0);
-		CacheRegisterSyscacheCallback(TYPEOID, store_invalidate, (Datum) 0);
-		callbacks_registered = true;
-	}
-	store_reset();
-
-	nsp = get_func_namespace(fn_oid);
-	if (!OidIsValid(nsp))
-		elog(ERROR, "cache lookup failed for function %u", fn_oid);
-
-	records_relid = get_relname_relid("idempotency_records", nsp);
-	records_pkey_relid = get_relname_relid("idempotency_records_pkey", nsp);
-	if (!OidIsValid(records_relid) || !OidIsValid(records_pkey_relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"idempotency_records\" or its primary key does not exist in schema \"%s\"",
-						get_namespace_name(nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
-
-	status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-								  CStringGetDatum("idem_status"),
-								  ObjectIdGetDatum(nsp));
-	if (!OidIsValid(status_type))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("type \"idem_status\" does not exist in schema \"%s\"",
-						get_namespace_name(nsp)),
-				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
-
-	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
-	{
-		status_oids[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-										 ObjectIdGetDatum(status_type),
-										 CStringGetDatum(idem_status_names[i]));
-		if (!OidIsValid(status_oids[i]))
-			elog(ERROR, "label \"%s\" of type idem_status is missing",
-				 idem_status_names[i]);
-	}
-
-	store_namespace = nsp;
-	store_namespace_hash = GetSysCacheHashValue1(NAMESPACEOID, ObjectIdGetDatum(nsp));
-	status_type_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(status_type));
-	store_valid = true;
 }
 
 static char *
 statement_sql(const char *template)
 {
-	const char *schema = quote_identifier(get_namespace_name(store_namespace));
+	const char *schema = quote_identifier(get_namespace_name(objects->namespace));
 	StringInfoData buf;
 	const char *p;
 
@@ -297,7 +223,7 @@ statement_plan(IdemStatement stmt)
 		return plans[stmt];
 
 	for (int i = 0; i < spec->nargs; i++)
-		argtypes[i] = OidIsValid(spec->argtypes[i]) ? spec->argtypes[i] : status_type;
+		argtypes[i] = OidIsValid(spec->argtypes[i]) ? spec->argtypes[i] : objects->status_type;
 
 	plan = SPI_prepare(statement_sql(spec->sql), spec->nargs, argtypes);
 	if (plan == NULL)
@@ -318,8 +244,12 @@ void
 idem_store_open(IdemStore *store, Oid fn_oid)
 {
 	store->spi_connected = false;
-	if (!store_valid)
-		store_load(fn_oid);
+	objects = idem_objects(fn_oid);
+	if (plans_generation != objects->generation)
+	{
+		forget_plans();
+		plans_generation = objects->generation;
+	}
 }
 
 void
@@ -333,15 +263,13 @@ idem_store_close(IdemStore *store)
 Oid
 idem_status_type(void)
 {
-	Assert(store_valid);
-	return status_type;
+	return objects->status_type;
 }
 
 Datum
 idem_status_datum(IdemStatus status)
 {
-	Assert(store_valid);
-	return ObjectIdGetDatum(status_oids[status]);
+	return ObjectIdGetDatum(objects->status_labels[status]);
 }
 
 static IdemStatus
@@ -350,7 +278,7 @@ status_from_datum(Datum value)
 	Oid			label = DatumGetObjectId(value);
 
 	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
-		if (status_oids[i] == label)
+		if (objects->status_labels[i] == label)
 			return (IdemStatus) i;
 	elog(ERROR, "unrecognized idem_status label %u", label);
 	pg_unreachable();
@@ -433,8 +361,8 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 static bool
 direct_read_allowed(void)
 {
-	return pg_class_aclcheck(records_relid, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
-		check_enable_rls(records_relid, InvalidOid, true) != RLS_ENABLED;
+	return pg_class_aclcheck(objects->records, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+		check_enable_rls(objects->records, InvalidOid, true) != RLS_ENABLED;
 }
 
 /*
@@ -458,7 +386,6 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 
-	Assert(store_valid);
 	if (!direct_read_allowed())
 	{
 		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
@@ -475,8 +402,8 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	else
 		snapshot = RegisterSnapshot(GetActiveSnapshot());
 
-	heap = table_open(records_relid, AccessShareLock);
-	index = index_open(records_pkey_relid, AccessShareLock);
+	heap = table_open(objects->records, AccessShareLock);
+	index = index_open(objects->records_pkey, AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
 
@@ -529,9 +456,8 @@ idem_store_insert_in_progress(text *scope, text *key)
 	TupleTableSlot *slot;
 	bool		in_progress = false;
 
-	Assert(store_valid);
-	heap = table_open(records_relid, AccessShareLock);
-	index = index_open(records_pkey_relid, AccessShareLock);
+	heap = table_open(objects->records, AccessShareLock);
+	index = index_open(objects->records_pkey, AccessShareLock);
 
 	InitDirtySnapshot(dirty);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));

@@ -1,0 +1,129 @@
+/*-------------------------------------------------------------------------
+ *
+ * extension_objects.c
+ *		The OIDs of the extension's own tables, indexes and types.
+ *
+ * The objects live in the schema chosen at CREATE EXTENSION (@extschema@),
+ * found from the OID of the SQL function being called, since every function
+ * of the extension lives there too.  They are looked up once per backend and
+ * kept until a syscache callback reports a change to that schema or to the
+ * idem_status type: DROP and CREATE EXTENSION (new OIDs), ALTER SCHEMA
+ * RENAME.  Other schemas and types come and go all the time (every CREATE
+ * TEMP TABLE makes a type) and do not cost a reload.  Modules that derive
+ * their own caches from these OIDs compare "generation" to know when to
+ * rebuild them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_enum.h"
+#include "catalog/pg_type.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_func.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+static IdemObjects objects;
+static bool objects_valid = false;
+static uint32 namespace_hash;
+static uint32 status_type_hash;
+
+static void
+objects_invalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	uint32		ours = (cacheid == NAMESPACEOID) ? namespace_hash : status_type_hash;
+
+	if (hashvalue == 0 || hashvalue == ours)
+		objects_valid = false;
+}
+
+static Oid
+relation_in(Oid nsp, const char *name)
+{
+	Oid			relid = get_relname_relid(name, nsp);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"%s\" of extension \"idempotency\" does not exist in schema \"%s\"",
+						name, get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+	return relid;
+}
+
+static void
+objects_load(Oid fn_oid)
+{
+	static bool callbacks_registered = false;
+	Oid			nsp;
+	IdemObjects loaded;
+
+	if (!callbacks_registered)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, objects_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, objects_invalidate, (Datum) 0);
+		callbacks_registered = true;
+	}
+
+	nsp = get_func_namespace(fn_oid);
+	if (!OidIsValid(nsp))
+		elog(ERROR, "cache lookup failed for function %u", fn_oid);
+
+	loaded.namespace = nsp;
+	loaded.records = relation_in(nsp, "idempotency_records");
+	loaded.records_pkey = relation_in(nsp, "idempotency_records_pkey");
+	loaded.machines = relation_in(nsp, "idem_machines");
+	loaded.machines_pkey = relation_in(nsp, "idem_machines_pkey");
+	loaded.moves = relation_in(nsp, "idem_machine_moves");
+	loaded.moves_pkey = relation_in(nsp, "idem_machine_moves_pkey");
+
+	loaded.enforce_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
+												  makeString("idem_enforce_transition")),
+									   0, NULL, false);
+
+	loaded.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+										 CStringGetDatum("idem_status"),
+										 ObjectIdGetDatum(nsp));
+	if (!OidIsValid(loaded.status_type))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("type \"idem_status\" does not exist in schema \"%s\"",
+						get_namespace_name(nsp)),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+	for (int i = 0; i < IDEM_NUM_STATUSES; i++)
+	{
+		loaded.status_labels[i] = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+												  ObjectIdGetDatum(loaded.status_type),
+												  CStringGetDatum(idem_status_names[i]));
+		if (!OidIsValid(loaded.status_labels[i]))
+			elog(ERROR, "label \"%s\" of type idem_status is missing",
+				 idem_status_names[i]);
+	}
+
+	loaded.generation = objects.generation + 1;
+	objects = loaded;
+	namespace_hash = GetSysCacheHashValue1(NAMESPACEOID, ObjectIdGetDatum(nsp));
+	status_type_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(objects.status_type));
+	objects_valid = true;
+}
+
+/* The extension's objects, as seen from the SQL function fn_oid. */
+const IdemObjects *
+idem_objects(Oid fn_oid)
+{
+	if (!objects_valid)
+		objects_load(fn_oid);
+	return &objects;
+}
+
+/* The objects last loaded; only for callers that loaded them this call. */
+const IdemObjects *
+idem_objects_current(void)
+{
+	Assert(objects_valid);
+	return &objects;
+}

@@ -1,0 +1,380 @@
+/*-------------------------------------------------------------------------
+ *
+ * transition.c
+ *		idem_transition(): compare-and-set of a state column governed by a
+ *		state machine, addressed by primary key.
+ *
+ *	  UPDATE t SET col = to WHERE pk = key AND col::text = ANY (from_states)
+ *
+ * is a compare-and-set: of any number of concurrent callers moving one row
+ * to the same state, the first UPDATE wins; the others wait for its row lock
+ * and, under READ COMMITTED, re-check the newest version, which no longer
+ * matches.  They then read the row: already in the target state gives
+ * 'already', anything else 'rejected'.  Under REPEATABLE READ and
+ * SERIALIZABLE the losers get 40001 instead.
+ *
+ * The statements run through SPI as the caller, so table privileges,
+ * row-level security and the enforcing trigger all apply.  They are built
+ * from the catalog, never from caller text: the table and columns are
+ * quoted identifiers, the key and states travel as parameters, the casts
+ * and the primary key's equality operators are schema-qualified (as the
+ * foreign-key triggers build theirs).  Plans are prepared once per table
+ * and state column, and dropped when the table's relcache entry is
+ * invalidated (any ALTER TABLE, for instance).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/relcache.h"
+#include "utils/syscache.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_transition);
+
+typedef struct PlanKey
+{
+	Oid			relid;
+	AttrNumber	attnum;
+} PlanKey;
+
+typedef struct PlanEntry
+{
+	PlanKey		key;
+	int			nkeys;			/* primary key columns */
+	SPIPlanPtr	update;			/* $1 to, $2.. key, $n from[] */
+	SPIPlanPtr	select;			/* $1.. key */
+} PlanEntry;
+
+static HTAB *plan_cache = NULL;
+
+static void
+plan_cache_callback(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	PlanEntry  *entry;
+
+	if (plan_cache == NULL)
+		return;
+	hash_seq_init(&status, plan_cache);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (relid != InvalidOid && entry->key.relid != relid)
+			continue;
+		/* SPI_freeplan is safe here: it only releases memory */
+		if (entry->update)
+			SPI_freeplan(entry->update);
+		if (entry->select)
+			SPI_freeplan(entry->select);
+		hash_search(plan_cache, &entry->key, HASH_REMOVE, NULL);
+	}
+}
+
+/* The enforcing trigger of rel for state_column (or the only one). */
+static Trigger *
+find_attachment(Relation rel, Oid enforce_fn, const char *state_column)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+	Trigger    *match = NULL;
+	int			count = 0;
+
+	for (int i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *trigger = &trigdesc->triggers[i];
+
+		if (trigger->tgfoid != enforce_fn || trigger->tgnargs != 2 || !trigger->tgenabled)
+			continue;
+		if (state_column != NULL && strcmp(trigger->tgargs[1], state_column) != 0)
+			continue;
+		match = trigger;
+		count++;
+	}
+	if (count == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 state_column ?
+				 errmsg("column \"%s\" of table \"%s\" has no state machine",
+						state_column, RelationGetRelationName(rel)) :
+				 errmsg("table \"%s\" has no state machine", RelationGetRelationName(rel)),
+				 errhint("Attach one with idem_attach_machine().")));
+	if (count > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_AMBIGUOUS_COLUMN),
+				 errmsg("table \"%s\" has more than one state machine",
+						RelationGetRelationName(rel)),
+				 errhint("Name the column with state_column => ...")));
+	return match;
+}
+
+/* "pk1 OPERATOR(...) $2::type AND ..." from the primary key index */
+static int
+append_key_condition(StringInfo buf, Relation rel, int first_param)
+{
+	Oid			pk_oid = RelationGetPrimaryKeyIndex(rel);
+	Relation	index;
+	int			nkeys;
+
+	if (!OidIsValid(pk_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" has no primary key", RelationGetRelationName(rel)),
+				 errhint("idem_transition addresses rows by primary key.")));
+	index = index_open(pk_oid, AccessShareLock);
+	nkeys = IndexRelationGetNumberOfKeyAttributes(index);
+	for (int i = 0; i < nkeys; i++)
+	{
+		AttrNumber	attnum = index->rd_index->indkey.values[i];
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+		Oid			opcintype = index->rd_opcintype[i];
+		Oid			eq = get_opfamily_member(index->rd_opfamily[i], opcintype, opcintype,
+											 BTEqualStrategyNumber);
+		char		param[16];
+
+		if (!OidIsValid(eq))
+			elog(ERROR, "missing equality operator for primary key column %d", i + 1);
+		snprintf(param, sizeof(param), "$%d", first_param + i);
+		if (i > 0)
+			appendStringInfoString(buf, " AND ");
+		/* the key arrives as text and is cast to the column's type */
+		generate_operator_clause(buf, quote_identifier(NameStr(att->attname)),
+								 att->atttypid, eq, param, TEXTOID);
+	}
+	index_close(index, AccessShareLock);
+	return nkeys;
+}
+
+static PlanEntry *
+prepare_plans(Relation rel, AttrNumber attnum)
+{
+	PlanKey		key = {RelationGetRelid(rel), attnum};
+	PlanEntry  *entry;
+	bool		found;
+	const char *table;
+	const char *column;
+	const char *column_type;
+	StringInfoData cond;
+	StringInfoData sql;
+	Oid		   *argtypes;
+
+	if (plan_cache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(PlanKey);
+		ctl.entrysize = sizeof(PlanEntry);
+		ctl.hcxt = CacheMemoryContext;
+		plan_cache = hash_create("idempotency transition plans", 16, &ctl,
+								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		CacheRegisterRelcacheCallback(plan_cache_callback, (Datum) 0);
+	}
+	entry = hash_search(plan_cache, &key, HASH_FIND, &found);
+	if (found)
+		return entry;
+
+	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									   RelationGetRelationName(rel));
+	column = quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
+	column_type = format_type_be_qualified(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid);
+
+	initStringInfo(&cond);
+	{
+		int			nkeys = append_key_condition(&cond, rel, 2);
+		SPIPlanPtr	update;
+		SPIPlanPtr	select;
+
+		argtypes = palloc(sizeof(Oid) * (nkeys + 2));
+		argtypes[0] = TEXTOID;
+		for (int i = 0; i < nkeys; i++)
+			argtypes[i + 1] = TEXTOID;
+		argtypes[nkeys + 1] = TEXTARRAYOID;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql,
+						 "UPDATE %s SET %s = CAST($1 AS %s) WHERE %s AND "
+						 "CAST(%s AS pg_catalog.text) OPERATOR(pg_catalog.=) ANY ($%d)",
+						 table, column, column_type, cond.data, column, nkeys + 2);
+		update = SPI_prepare(sql.data, nkeys + 2, argtypes);
+		if (update == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
+				 SPI_result_code_string(SPI_result));
+
+		/* the SELECT numbers the key from $1 */
+		resetStringInfo(&cond);
+		append_key_condition(&cond, rel, 1);
+		resetStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT CAST(%s AS pg_catalog.text) FROM %s WHERE %s",
+						 column, table, cond.data);
+		select = SPI_prepare(sql.data, nkeys, argtypes + 1);
+		if (select == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
+				 SPI_result_code_string(SPI_result));
+
+		SPI_keepplan(update);
+		SPI_keepplan(select);
+		entry = hash_search(plan_cache, &key, HASH_ENTER, &found);
+		entry->nkeys = nkeys;
+		entry->update = update;
+		entry->select = select;
+	}
+	return entry;
+}
+
+static char *
+describe_key(Datum *keys, int nkeys)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < nkeys; i++)
+		appendStringInfo(&buf, "%s%s", i ? ", " : "", TextDatumGetCString(keys[i]));
+	return buf.data;
+}
+
+/*
+ * idem_transition(table regclass, key text | text[], to_state text,
+ *				   from_states text[] DEFAULT NULL, state_column name DEFAULT NULL)
+ *	  -> 'applied' | 'already' | 'rejected'
+ *
+ * from_states NULL means every state with a move to to_state.
+ */
+Datum
+idem_transition(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	const IdemObjects *objects;
+	Relation	rel;
+	Trigger    *trigger;
+	AttrNumber	attnum;
+	IdemMachine *machine;
+	char	   *to_state;
+	int			to;
+	Datum		from_array;
+	Datum	   *keys;
+	int			nkeys;
+	PlanEntry  *plans;
+	Datum	   *args;
+	char	   *nulls;
+	const char *outcome;
+	int			ret;
+
+	for (int i = 0; i < 3; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null",
+							i == 0 ? "table_name" : i == 1 ? "key" : "to_state")));
+	relid = PG_GETARG_OID(0);
+	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	objects = idem_objects(fcinfo->flinfo->fn_oid);
+
+	/* the caller's privileges are checked by the statements themselves */
+	rel = table_open(relid, AccessShareLock);
+	trigger = find_attachment(rel, objects->enforce_fn,
+							  PG_ARGISNULL(4) ? NULL : NameStr(*PG_GETARG_NAME(4)));
+	attnum = SPI_fnumber(RelationGetDescr(rel), trigger->tgargs[1]);
+	if (attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" of relation \"%s\" does not exist",
+						trigger->tgargs[1], RelationGetRelationName(rel))));
+
+	machine = idem_machine_get(fcinfo->flinfo->fn_oid, trigger->tgargs[0]);
+	if (machine == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("state machine \"%s\" does not exist", trigger->tgargs[0])));
+	to = idem_machine_state_index(machine, to_state);
+	if (to < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"%s\" is not a state of state machine \"%s\"", to_state, machine->name)));
+
+	if (!PG_ARGISNULL(3))
+		from_array = PG_GETARG_DATUM(3);
+	else
+	{
+		ArrayBuildState *from = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+
+		for (int f = 0; f < machine->nstates; f++)
+			if (machine->moves[f * machine->nstates + to])
+				accumArrayResult(from, CStringGetTextDatum(machine->states[f]), false,
+								 TEXTOID, CurrentMemoryContext);
+		from_array = makeArrayResult(from, CurrentMemoryContext);
+	}
+
+	if (get_fn_expr_argtype(fcinfo->flinfo, 1) == TEXTARRAYOID)
+	{
+		bool	   *key_nulls;
+
+		deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT,
+						  &keys, &key_nulls, &nkeys);
+		for (int i = 0; i < nkeys; i++)
+			if (key_nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("key must not contain nulls")));
+	}
+	else
+	{
+		keys = palloc(sizeof(Datum));
+		keys[0] = PG_GETARG_DATUM(1);
+		nkeys = 1;
+	}
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plans = prepare_plans(rel, attnum);
+	if (nkeys != plans->nkeys)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the primary key of table \"%s\" has %d columns, but the key has %d values",
+						RelationGetRelationName(rel), plans->nkeys, nkeys),
+				 errhint("Pass a key of several columns as text[], in primary key order.")));
+
+	args = palloc(sizeof(Datum) * (nkeys + 2));
+	nulls = palloc0(nkeys + 3);
+	memset(nulls, ' ', nkeys + 2);
+	args[0] = CStringGetTextDatum(to_state);
+	memcpy(args + 1, keys, sizeof(Datum) * nkeys);
+	args[nkeys + 1] = from_array;
+
+	ret = SPI_execute_plan(plans->update, args, nulls, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed > 0)
+		outcome = "applied";
+	else
+	{
+		bool		isnull;
+		Datum		current;
+
+		ret = SPI_execute_plan(plans->select, args + 1, nulls + 1, false, 1);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
+		if (SPI_processed == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_NO_DATA_FOUND),
+					 errmsg("no row of table \"%s\" has key (%s)",
+							RelationGetRelationName(rel), describe_key(keys, nkeys))));
+		current = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		outcome = (!isnull && strcmp(TextDatumGetCString(current), to_state) == 0)
+			? "already" : "rejected";
+	}
+	SPI_finish();
+	table_close(rel, NoLock);
+	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+}
