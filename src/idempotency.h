@@ -150,6 +150,7 @@ extern HeapTuple idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc);
 /* A compiled state machine (machine.c). */
 typedef struct IdemMachine
 {
+	MemoryContext cxt;			/* holds the machine and everything below */
 	char		name[NAMEDATALEN];
 	int			nstates;
 	char	  **states;			/* sorted by strcmp */

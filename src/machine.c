@@ -57,19 +57,48 @@ typedef struct MachineEntry
 	IdemMachine *machine;		/* NULL: no such machine */
 } MachineEntry;
 
+/*
+ * Compiled machines, each in its own memory context.  An invalidation can
+ * arrive in the middle of a caller's use of a machine (any catalog access
+ * may accept invalidations), so a flush does not free machines at once: it
+ * moves their contexts to the graveyard, which the next idem_machine_get
+ * empties.  A pointer from idem_machine_get therefore stays valid until the
+ * next call of idem_machine_get.
+ */
 static HTAB *machine_cache = NULL;
-static MemoryContext machine_cxt = NULL;
+static List *graveyard = NIL;
 static Oid	machines_relid = InvalidOid;
 static uint64 machine_generation = 1;
 
 static void
 machine_cache_flush(void)
 {
-	if (machine_cxt != NULL)
-		MemoryContextDelete(machine_cxt);
-	machine_cxt = NULL;
+	if (machine_cache != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		MachineEntry *entry;
+		MemoryContext old = MemoryContextSwitchTo(CacheMemoryContext);
+
+		hash_seq_init(&status, machine_cache);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			if (entry->machine != NULL)
+				graveyard = lappend(graveyard, entry->machine->cxt);
+		MemoryContextSwitchTo(old);
+		hash_destroy(machine_cache);
+	}
 	machine_cache = NULL;
 	machine_generation++;
+}
+
+static void
+empty_graveyard(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, graveyard)
+		MemoryContextDelete((MemoryContext) lfirst(lc));
+	list_free(graveyard);
+	graveyard = NIL;
 }
 
 static void
@@ -110,40 +139,52 @@ text_array_to_cstrings(Datum array, char ***items, int *nitems)
 }
 
 /*
- * Compile machine "name" from the tables, in machine_cxt; NULL if there is
- * no such machine.
+ * Compile machine "name" from the tables, in a memory context of its own;
+ * NULL if there is no such machine.
  */
 static IdemMachine *
 machine_load(const IdemObjects *objects, const char *name)
 {
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	Relation	rel;
+	Relation	machines;
+	Relation	moves;
+	Snapshot	snapshot;
 	SysScanDesc scan;
 	ScanKeyData skey;
 	HeapTuple	tuple;
 	IdemMachine *machine = NULL;
+	MemoryContext cxt;
 	MemoryContext old;
-	Datum		states;
-	Datum		initial;
 	bool		isnull;
 
+	/*
+	 * Lock first, snapshot second: opening the tables accepts pending
+	 * invalidations, and the snapshot must be at least as new as they are.
+	 */
+	machines = table_open(objects->machines, AccessShareLock);
+	moves = table_open(objects->moves, AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_TEXTEQ, CStringGetTextDatum(name));
 
-	rel = table_open(objects->machines, AccessShareLock);
-	scan = systable_beginscan(rel, objects->machines_pkey, true, snapshot, 1, &skey);
+	cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency state machine",
+								ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+
+	scan = systable_beginscan(machines, objects->machines_pkey, true, snapshot, 1, &skey);
 	tuple = systable_getnext(scan);
 	if (HeapTupleIsValid(tuple))
 	{
-		old = MemoryContextSwitchTo(machine_cxt);
+		Datum		initial;
+
 		machine = palloc0(sizeof(IdemMachine));
+		machine->cxt = cxt;
 		strlcpy(machine->name, name, NAMEDATALEN);
-		states = heap_getattr(tuple, 2, RelationGetDescr(rel), &isnull);
-		text_array_to_cstrings(states, &machine->states, &machine->nstates);
+		text_array_to_cstrings(heap_getattr(tuple, 2, RelationGetDescr(machines), &isnull),
+							   &machine->states, &machine->nstates);
 		qsort(machine->states, machine->nstates, sizeof(char *), compare_states);
 		machine->initial = palloc0(sizeof(bool) * Max(machine->nstates, 1));
 		machine->moves = palloc0(sizeof(bool) * Max(machine->nstates * machine->nstates, 1));
 
-		initial = heap_getattr(tuple, 3, RelationGetDescr(rel), &isnull);
+		initial = heap_getattr(tuple, 3, RelationGetDescr(machines), &isnull);
 		if (!isnull)
 		{
 			char	  **items;
@@ -161,19 +202,16 @@ machine_load(const IdemObjects *objects, const char *name)
 				}
 			}
 		}
-		MemoryContextSwitchTo(old);
 	}
 	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
 
 	if (machine != NULL)
 	{
-		rel = table_open(objects->moves, AccessShareLock);
-		scan = systable_beginscan(rel, objects->moves_pkey, true, snapshot, 1, &skey);
+		scan = systable_beginscan(moves, objects->moves_pkey, true, snapshot, 1, &skey);
 		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
-			char	   *from = TextDatumGetCString(heap_getattr(tuple, 2, RelationGetDescr(rel), &isnull));
-			char	   *to = TextDatumGetCString(heap_getattr(tuple, 3, RelationGetDescr(rel), &isnull));
+			char	   *from = TextDatumGetCString(heap_getattr(tuple, 2, RelationGetDescr(moves), &isnull));
+			char	   *to = TextDatumGetCString(heap_getattr(tuple, 3, RelationGetDescr(moves), &isnull));
 			int			f = idem_machine_state_index(machine, from);
 			int			t = idem_machine_state_index(machine, to);
 
@@ -182,17 +220,21 @@ machine_load(const IdemObjects *objects, const char *name)
 				machine->moves[f * machine->nstates + t] = true;
 		}
 		systable_endscan(scan);
-		table_close(rel, AccessShareLock);
 	}
+	MemoryContextSwitchTo(old);
 
 	UnregisterSnapshot(snapshot);
+	table_close(moves, AccessShareLock);
+	table_close(machines, AccessShareLock);
+	if (machine == NULL)
+		MemoryContextDelete(cxt);
 	return machine;
 }
 
 /*
- * The compiled machine "name", or NULL when there is none.  Stays valid
- * until the next invalidation; callers that keep it compare
- * idem_machine_generation().
+ * The compiled machine "name", or NULL when there is none.  The pointer
+ * stays valid until the next call; callers that keep it longer compare
+ * idem_machine_generation() and call again when it changed.
  */
 IdemMachine *
 idem_machine_get(Oid fn_oid, const char *name)
@@ -200,6 +242,7 @@ idem_machine_get(Oid fn_oid, const char *name)
 	const IdemObjects *objects = idem_objects(fn_oid);
 	static bool callback_registered = false;
 	MachineEntry *entry;
+	IdemMachine *machine;
 	bool		found;
 
 	if (!callback_registered)
@@ -207,6 +250,7 @@ idem_machine_get(Oid fn_oid, const char *name)
 		CacheRegisterRelcacheCallback(machine_relcache_callback, (Datum) 0);
 		callback_registered = true;
 	}
+	empty_graveyard();
 	if (machines_relid != objects->machines)
 	{
 		machine_cache_flush();
@@ -215,32 +259,29 @@ idem_machine_get(Oid fn_oid, const char *name)
 	if (strlen(name) >= NAMEDATALEN)
 		return NULL;			/* idem_define_machine allows no such name */
 
+	if (machine_cache != NULL)
+	{
+		entry = hash_search(machine_cache, name, HASH_FIND, &found);
+		if (found)
+			return entry->machine;
+	}
+
+	machine = machine_load(objects, name);
+
+	/* created after the load, which may have flushed the cache */
 	if (machine_cache == NULL)
 	{
 		HASHCTL		ctl;
 
-		machine_cxt = AllocSetContextCreate(CacheMemoryContext,
-											"idempotency state machines",
-											ALLOCSET_SMALL_SIZES);
 		ctl.keysize = NAMEDATALEN;
 		ctl.entrysize = sizeof(MachineEntry);
-		ctl.hcxt = machine_cxt;
+		ctl.hcxt = CacheMemoryContext;
 		machine_cache = hash_create("idempotency state machines", 16, &ctl,
 									HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	}
-
-	entry = hash_search(machine_cache, name, HASH_FIND, &found);
-	if (!found)
-	{
-		IdemMachine *machine = machine_load(objects, name);
-
-		/* the load may have processed an invalidation that reset the cache */
-		if (machine_cache == NULL)
-			return idem_machine_get(fn_oid, name);
-		entry = hash_search(machine_cache, name, HASH_ENTER, &found);
-		entry->machine = machine;
-	}
-	return entry->machine;
+	entry = hash_search(machine_cache, name, HASH_ENTER, &found);
+	entry->machine = machine;
+	return machine;
 }
 
 uint64

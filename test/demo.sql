@@ -71,3 +71,18 @@ SELECT outcome, token FROM idem_claim('pay-3', idem_fingerprint('b'), '30 second
 SELECT scope, key, status, token, attempts, response_code, result, error
   FROM idem_lookup('order-7f3a', 'tenant-42');
 SELECT scope, key, status, token, attempts FROM idempotency_records ORDER BY scope, key;
+
+-- 12. State machines: the database refuses illegal moves, whoever sends them.
+SELECT idem_define_machine('payment',
+  '{"PENDING": ["PAID", "CANCELLED"], "PAID": ["REFUNDED"]}'::jsonb,
+  initial => '{PENDING}');
+CREATE TABLE payments (id text PRIMARY KEY, status text NOT NULL);
+SELECT idem_attach_machine('payments'::regclass, 'status', 'payment');
+INSERT INTO payments VALUES ('pay-981', 'PENDING');
+-- the payment provider's callback arrives twice: one applies, one is already done
+SELECT idem_transition('payments'::regclass, 'pay-981', 'PAID', from_states => '{PENDING}');
+SELECT idem_transition('payments'::regclass, 'pay-981', 'PAID', from_states => '{PENDING}');
+-- a late cancellation is rejected, and a hand-written step back is an error (IK005)
+SELECT idem_transition('payments'::regclass, 'pay-981', 'CANCELLED');
+UPDATE payments SET status = 'PENDING' WHERE id = 'pay-981';
+SELECT idem_machine_dot('payment');
