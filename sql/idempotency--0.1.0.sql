@@ -294,11 +294,15 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    IF array_position(initial, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'initial states of machine "%" must not contain null', idem_define_machine.machine
+            USING ERRCODE = '22004';
+    END IF;
     IF initial IS NOT NULL THEN
-        SELECT i INTO bad FROM unnest(initial) i WHERE i IS NULL OR NOT i = ANY (all_states) LIMIT 1;
+        SELECT i INTO bad FROM unnest(initial) i WHERE NOT i = ANY (all_states) LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'initial state "%" is not a state of machine "%"',
-                    coalesce(bad, 'NULL'), idem_define_machine.machine
+                    bad, idem_define_machine.machine
                 USING ERRCODE = '22023',
                       DETAIL = format('Its states are %s.', all_states);
         END IF;
@@ -339,7 +343,8 @@ SELECT t.tgrelid::pg_catalog.regclass AS table_name,
        @extschema@.idem_trigger_arg(t.tgargs, 1) AS machine,
        t.tgname AS trigger_name
 FROM pg_catalog.pg_trigger t
-WHERE t.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure;
+WHERE t.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure
+  AND t.tgparentid OPERATOR(pg_catalog.=) 0;      -- not the clones on partitions
 
 COMMENT ON VIEW @extschema@.idem_attached_machines IS
     'every column governed by a state machine, and the trigger that enforces it';
@@ -353,6 +358,9 @@ AS $function$
 DECLARE
     attached text;
 BEGIN
+    IF idem_drop_machine.machine IS NULL THEN
+        RAISE EXCEPTION 'machine name must not be null' USING ERRCODE = '22004';
+    END IF;
     IF idem_drop_machine.machine LIKE 'idem.%' THEN
         RAISE EXCEPTION 'machine "%" belongs to the extension', idem_drop_machine.machine
             USING ERRCODE = '42939';
@@ -383,6 +391,9 @@ SET search_path = pg_catalog, pg_temp
 AS $function$
 #variable_conflict use_column
 BEGIN
+    IF idem_machine_moves.machine IS NULL THEN
+        RAISE EXCEPTION 'machine name must not be null' USING ERRCODE = '22004';
+    END IF;
     PERFORM 1 FROM @extschema@.idem_machines WHERE name = idem_machine_moves.machine;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'state machine "%" does not exist', idem_machine_moves.machine
@@ -405,13 +416,16 @@ AS $function$
 DECLARE
     def record;
 BEGIN
+    IF idem_machine_states.machine IS NULL THEN
+        RAISE EXCEPTION 'machine name must not be null' USING ERRCODE = '22004';
+    END IF;
     SELECT * INTO def FROM @extschema@.idem_machines WHERE name = idem_machine_states.machine;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'state machine "%" does not exist', idem_machine_states.machine
             USING ERRCODE = '42704';
     END IF;
     RETURN QUERY
-        SELECT s, s = ANY (def.initial_states),
+        SELECT s, cardinality(def.initial_states) = 0 OR s = ANY (def.initial_states),
                NOT EXISTS (SELECT 1 FROM @extschema@.idem_machine_moves m
                            WHERE m.machine = idem_machine_states.machine AND m.from_state = s)
         FROM unnest(def.states) s
@@ -427,6 +441,9 @@ AS $function$
 DECLARE
     out text;
 BEGIN
+    IF machine IS NULL THEN
+        RAISE EXCEPTION 'machine name must not be null' USING ERRCODE = '22004';
+    END IF;
     -- DOT quoted IDs: escape backslashes and double quotes
     WITH st AS (SELECT * FROM @extschema@.idem_machine_states(machine)),
          q AS (SELECT state, initial, terminal,
@@ -486,6 +503,25 @@ BEGIN
 END
 $function$;
 
+/*
+ * prefix || name || suffix as an identifier of at most 63 bytes; a name too
+ * long for that is shortened and given a hash of itself, so that two long
+ * names cannot end up with the same object name.
+ */
+CREATE FUNCTION @extschema@.idem_object_name(prefix text, name text, suffix text)
+RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE
+    WHEN octet_length(prefix || name || suffix) <= 63 THEN prefix || name || suffix
+    ELSE prefix
+         || (SELECT coalesce(string_agg(c, '' ORDER BY i), '')
+             FROM (SELECT c, i, sum(octet_length(c)) OVER (ORDER BY i) AS bytes
+                   FROM regexp_split_to_table(name, '') WITH ORDINALITY AS chars(c, i)) whole_chars
+             WHERE bytes <= 54 - octet_length(prefix || suffix))
+         || '_' || left(md5(name), 8) || suffix
+END;
+
 CREATE FUNCTION @extschema@.idem_attach_machine(
     table_name regclass,
     state_column name,
@@ -508,9 +544,12 @@ BEGIN
        OR log IS NULL OR validate IS NULL THEN
         RAISE EXCEPTION 'arguments of idem_attach_machine must not be null' USING ERRCODE = '22004';
     END IF;
-    -- share-lock the definition: it cannot be dropped while we attach it
-    SELECT m.states INTO states FROM @extschema@.idem_machines m
-    WHERE m.name = idem_attach_machine.machine FOR SHARE;
+    -- Touch the definition: a concurrent idem_drop_machine waits for us and
+    -- then sees the trigger, or (REPEATABLE READ, SERIALIZABLE) fails with
+    -- 40001; a mere row lock would not make it re-read the catalog.
+    UPDATE @extschema@.idem_machines m SET defined_at = m.defined_at
+    WHERE m.name = idem_attach_machine.machine
+    RETURNING m.states INTO states;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'state machine "%" does not exist', machine
             USING ERRCODE = '42704',
@@ -534,11 +573,13 @@ BEGIN
     -- CREATE TRIGGER checks the caller's TRIGGER privilege and locks the table
     -- (SHARE ROW EXCLUSIVE), so no row changes while we validate.  The name
     -- sorts after ordinary names: BEFORE triggers fire in name order, and this
-    -- one must see the row as the other BEFORE triggers left it.
-    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE OF %I ON %s '
+    -- one must see the row as the other BEFORE triggers left it.  It fires on
+    -- every UPDATE, not only those naming the column: another BEFORE trigger
+    -- may change the state in an UPDATE that does not.
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s '
                    'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_enforce_transition(%L, %L)',
-                   left('zz_idem_machine_' || state_column, 63), state_column, table_name,
-                   machine, state_column);
+                   @extschema@.idem_object_name('zz_idem_machine_', state_column, ''),
+                   table_name, machine, state_column);
 
     IF validate THEN
         EXECUTE format('SELECT s FROM (SELECT DISTINCT %I::text AS s FROM %s) v '
@@ -562,7 +603,8 @@ BEGIN
         log_table := format('%I.%I',
                             (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                              WHERE c.oid = table_name),
-                            left((SELECT c.relname FROM pg_class c WHERE c.oid = table_name) || '_state_log', 63));
+                            @extschema@.idem_object_name('',
+                                (SELECT c.relname FROM pg_class c WHERE c.oid = table_name), '_state_log'));
         EXECUTE format('CREATE TABLE IF NOT EXISTS %s ('
                        'logged_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(), '
                        'row_key jsonb NOT NULL, '
@@ -572,9 +614,9 @@ BEGIN
                        'to_state text, '
                        'xact_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(), '
                        'changed_by name NOT NULL DEFAULT CURRENT_USER)', log_table);
-        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE OF %I ON %s '
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE ON %s '
                        'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_log_transition(%L, %L, %L%s)',
-                       left('zz_idem_machine_log_' || state_column, 63), state_column, table_name,
+                       @extschema@.idem_object_name('zz_idem_machine_log_', state_column, ''), table_name,
                        log_table, state_column, machine,
                        coalesce((SELECT string_agg(format(', %L', k), '') FROM unnest(key_columns) k), ''));
     END IF;
@@ -594,6 +636,9 @@ DECLARE
     trig record;
     found_one boolean := false;
 BEGIN
+    IF table_name IS NULL OR state_column IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_detach_machine must not be null' USING ERRCODE = '22004';
+    END IF;
     FOR trig IN
         SELECT t.tgname FROM pg_trigger t
         WHERE t.tgrelid = table_name
@@ -647,7 +692,7 @@ INSERT INTO @extschema@.idem_machine_moves (machine, from_state, to_state) VALUE
     ('idem.record', 'unknown', 'failed');
 
 CREATE TRIGGER zz_idem_machine_status
-    BEFORE INSERT OR UPDATE OF status ON @extschema@.idempotency_records
+    BEFORE INSERT OR UPDATE ON @extschema@.idempotency_records
     FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_enforce_transition('idem.record', 'status');
 
 /*

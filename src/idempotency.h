@@ -162,6 +162,7 @@ typedef struct IdemMachine
 /* machine.c */
 extern IdemMachine *idem_machine_get(Oid fn_oid, const char *name);
 extern uint64 idem_machine_generation(void);
+extern void idem_machine_refresh(void);
 extern int	idem_machine_state_index(const IdemMachine *machine, const char *state);
 extern char *idem_machine_moves_from(const IdemMachine *machine, int from);
 

@@ -34,6 +34,7 @@
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "lib/stringinfo.h"
+#include "parser/parse_coerce.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -349,16 +350,43 @@ idem_trigger_arg(PG_FUNCTION_ARGS)
 	PG_RETURN_NULL();
 }
 
-/* What the trigger keeps between rows of one statement (fn_extra). */
+/*
+ * What the trigger keeps between rows of one statement (fn_extra).  A state
+ * is the column's value cast to text, exactly as "column::text" would cast
+ * it (which is what attach validates and idem_transition compares): char(n)
+ * loses its padding, boolean reads "true", an enum its label.
+ */
 typedef struct TriggerState
 {
 	Oid			relid;
 	AttrNumber	attnum;
-	bool		is_text;		/* text or varchar: read without the output function */
-	FmgrInfo	output;
+	CoercionPathType to_text;	/* RELABELTYPE: the value is text already */
+	FmgrInfo	cast;			/* FUNC: the cast function; COERCEVIAIO: output */
 	uint64		generation;
 	IdemMachine *machine;
 } TriggerState;
+
+static void
+prepare_text_cast(TriggerState *state, Oid typid, MemoryContext cxt)
+{
+	Oid			funcid = InvalidOid;
+	bool		varlena;
+
+	state->to_text = find_coercion_pathway(TEXTOID, typid, COERCION_EXPLICIT, &funcid);
+	switch (state->to_text)
+	{
+		case COERCION_PATH_RELABELTYPE:
+			break;
+		case COERCION_PATH_FUNC:
+			fmgr_info_cxt(funcid, &state->cast, cxt);
+			break;
+		default:
+			state->to_text = COERCION_PATH_COERCEVIAIO;
+			getTypeOutputInfo(typid, &funcid, &varlena);
+			fmgr_info_cxt(funcid, &state->cast, cxt);
+			break;
+	}
+}
 
 static char *
 state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
@@ -367,9 +395,15 @@ state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
 
 	if (*isnull)
 		return NULL;
-	if (state->is_text)
-		return TextDatumGetCString(value);
-	return OutputFunctionCall(&state->output, value);
+	switch (state->to_text)
+	{
+		case COERCION_PATH_RELABELTYPE:
+			return TextDatumGetCString(value);
+		case COERCION_PATH_FUNC:
+			return TextDatumGetCString(FunctionCall1(&state->cast, value));
+		default:
+			return OutputFunctionCall(&state->cast, value);
+	}
 }
 
 /*
@@ -378,8 +412,8 @@ state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
  * a transaction that takes no new lock (which is when invalidations would
  * otherwise arrive).
  */
-static void
-refresh_once_per_statement(void)
+void
+idem_machine_refresh(void)
 {
 	static TimestampTz last_statement = 0;
 	static LocalTransactionId last_xact = InvalidLocalTransactionId;
@@ -402,17 +436,29 @@ report_invalid_move(TriggerState *state, Relation rel, const char *column,
 	int			t = to ? idem_machine_state_index(machine, to) : -1;
 	char	   *moves;
 
+	if (to == NULL && from == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
+				 errmsg("invalid initial state NULL in column \"%s\" of table \"%s\"",
+						column, RelationGetRelationName(rel)),
+				 errdetail("NULL is not a state of state machine \"%s\".", machine->name)));
 	if (to == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid transition from \"%s\" to NULL in column \"%s\" of table \"%s\"",
-						from ? from : "NULL", column, RelationGetRelationName(rel)),
+						from, column, RelationGetRelationName(rel)),
 				 errdetail("NULL is not a state of state machine \"%s\".", machine->name)));
+	if (t < 0 && from == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
+				 errmsg("invalid initial state \"%s\" in column \"%s\" of table \"%s\"",
+						to, column, RelationGetRelationName(rel)),
+				 errdetail("\"%s\" is not a state of state machine \"%s\".", to, machine->name)));
 	if (t < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid transition from \"%s\" to \"%s\" in column \"%s\" of table \"%s\"",
-						from ? from : "NULL", to, column, RelationGetRelationName(rel)),
+						from, to, column, RelationGetRelationName(rel)),
 				 errdetail("\"%s\" is not a state of state machine \"%s\".", to, machine->name)));
 	if (from == NULL)
 	{
@@ -487,15 +533,11 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 				 errmsg("trigger \"%s\" of table \"%s\" must pass idem_enforce_transition a machine and a column",
 						trigger->tgname, RelationGetRelationName(rel))));
 
-	refresh_once_per_statement();
+	idem_machine_refresh();
 
 	state = (TriggerState *) fcinfo->flinfo->fn_extra;
 	if (state == NULL || state->relid != RelationGetRelid(rel))
 	{
-		Oid			typid;
-		Oid			output;
-		bool		varlena;
-
 		state = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(TriggerState));
 		state->relid = RelationGetRelid(rel);
 		state->attnum = SPI_fnumber(desc, trigger->tgargs[1]);
@@ -504,11 +546,10 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_UNDEFINED_COLUMN),
 					 errmsg("column \"%s\" of relation \"%s\" does not exist",
 							trigger->tgargs[1], RelationGetRelationName(rel)),
-					 errhint("Trigger \"%s\" names it; attach the machine again.", trigger->tgname)));
-		typid = getBaseType(TupleDescAttr(desc, state->attnum - 1)->atttypid);
-		state->is_text = (typid == TEXTOID || typid == VARCHAROID);
-		getTypeOutputInfo(typid, &output, &varlena);
-		fmgr_info_cxt(output, &state->output, fcinfo->flinfo->fn_mcxt);
+					 errhint("Trigger \"%s\" names it: detach the machine with that column name, then attach it again.",
+							 trigger->tgname)));
+		prepare_text_cast(state, TupleDescAttr(desc, state->attnum - 1)->atttypid,
+						  fcinfo->flinfo->fn_mcxt);
 		fcinfo->flinfo->fn_extra = state;
 	}
 	if (state->machine == NULL || state->generation != idem_machine_generation())

@@ -5,6 +5,7 @@
  *		state machine, addressed by primary key.
  *
  *	  UPDATE t SET col = to WHERE pk = key AND col::text = ANY (from_states)
+ *												AND col::text <> to
  *
  * is a compare-and-set: of any number of concurrent callers moving one row
  * to the same state, the first UPDATE wins; the others wait for its row lock
@@ -96,7 +97,7 @@ find_attachment(Relation rel, Oid enforce_fn, const char *state_column)
 	{
 		Trigger    *trigger = &trigdesc->triggers[i];
 
-		if (trigger->tgfoid != enforce_fn || trigger->tgnargs != 2 || !trigger->tgenabled)
+		if (trigger->tgfoid != enforce_fn || trigger->tgnargs != 2)
 			continue;
 		if (state_column != NULL && strcmp(trigger->tgargs[1], state_column) != 0)
 			continue;
@@ -188,7 +189,9 @@ prepare_plans(Relation rel, AttrNumber attnum)
 	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									   RelationGetRelationName(rel));
 	column = quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
-	column_type = format_type_be_qualified(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid);
+	column_type = format_type_extended(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid,
+									   TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypmod,
+									   FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY);
 
 	initStringInfo(&cond);
 	{
@@ -205,8 +208,9 @@ prepare_plans(Relation rel, AttrNumber attnum)
 		initStringInfo(&sql);
 		appendStringInfo(&sql,
 						 "UPDATE %s SET %s = CAST($1 AS %s) WHERE %s AND "
-						 "CAST(%s AS pg_catalog.text) OPERATOR(pg_catalog.=) ANY ($%d)",
-						 table, column, column_type, cond.data, column, nkeys + 2);
+						 "CAST(%s AS pg_catalog.text) OPERATOR(pg_catalog.=) ANY ($%d) AND "
+						 "CAST(%s AS pg_catalog.text) OPERATOR(pg_catalog.<>) $1",
+						 table, column, column_type, cond.data, column, nkeys + 2, column);
 		update = SPI_prepare(sql.data, nkeys + 2, argtypes);
 		if (update == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
@@ -258,6 +262,8 @@ idem_transition(PG_FUNCTION_ARGS)
 	const IdemObjects *objects;
 	Relation	rel;
 	Trigger    *trigger;
+	char	   *machine_name;
+	char	   *column_name;
 	AttrNumber	attnum;
 	IdemMachine *machine;
 	char	   *to_state;
@@ -280,28 +286,33 @@ idem_transition(PG_FUNCTION_ARGS)
 	relid = PG_GETARG_OID(0);
 	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
 	objects = idem_objects(fcinfo->flinfo->fn_oid);
+	/* see redefinitions committed since our last statement, as the trigger does */
+	idem_machine_refresh();
 
 	/* the caller's privileges are checked by the statements themselves */
 	rel = table_open(relid, AccessShareLock);
 	trigger = find_attachment(rel, objects->enforce_fn,
 							  PG_ARGISNULL(4) ? NULL : NameStr(*PG_GETARG_NAME(4)));
-	attnum = SPI_fnumber(RelationGetDescr(rel), trigger->tgargs[1]);
+	/* copies: the relcache may rebuild rel's triggers at the next lock */
+	machine_name = pstrdup(trigger->tgargs[0]);
+	column_name = pstrdup(trigger->tgargs[1]);
+	attnum = SPI_fnumber(RelationGetDescr(rel), column_name);
 	if (attnum <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_COLUMN),
 				 errmsg("column \"%s\" of relation \"%s\" does not exist",
-						trigger->tgargs[1], RelationGetRelationName(rel))));
+						column_name, RelationGetRelationName(rel))));
 
-	machine = idem_machine_get(fcinfo->flinfo->fn_oid, trigger->tgargs[0]);
+	machine = idem_machine_get(fcinfo->flinfo->fn_oid, machine_name);
 	if (machine == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("state machine \"%s\" does not exist", trigger->tgargs[0])));
+				 errmsg("state machine \"%s\" does not exist", machine_name)));
 	to = idem_machine_state_index(machine, to_state);
 	if (to < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("\"%s\" is not a state of state machine \"%s\"", to_state, machine->name)));
+				 errmsg("\"%s\" is not a state of state machine \"%s\"", to_state, machine_name)));
 
 	if (!PG_ARGISNULL(3))
 		from_array = PG_GETARG_DATUM(3);
@@ -341,8 +352,9 @@ idem_transition(PG_FUNCTION_ARGS)
 	if (nkeys != plans->nkeys)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the primary key of table \"%s\" has %d columns, but the key has %d values",
-						RelationGetRelationName(rel), plans->nkeys, nkeys),
+				 errmsg_plural("the primary key of table \"%s\" has %d column, but the key has %d values",
+							   "the primary key of table \"%s\" has %d columns, but the key has %d values",
+							   plans->nkeys, RelationGetRelationName(rel), plans->nkeys, nkeys),
 				 errhint("Pass a key of several columns as text[], in primary key order.")));
 
 	args = palloc(sizeof(Datum) * (nkeys + 2));

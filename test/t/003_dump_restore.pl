@@ -1,0 +1,253 @@
+# Dump and restore: pg_dump -Fc of a database using the extension, restored
+# with pg_restore into a new database, keeps every record (in each status),
+# every user-defined state machine (hostile names included) but not the
+# built-in ones, the attached triggers and the transition log.  After the
+# restore the triggers still enforce their machines, idem_transition works,
+# claims replay the restored outcomes and idem.record still governs the
+# records' statuses.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dump');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE DATABASE source');
+$node->safe_psql('source', 'CREATE EXTENSION idempotency');
+
+# Records in every status: succeeded, failed (final and retryable), unknown,
+# processing (with a live lease and a checkpoint), one in another scope.
+$node->safe_psql('source', <<'SQL');
+SELECT idem_claim('done', idem_fingerprint('a'), '1 hour');
+SELECT idem_complete('done', 1, '{"order_id": 7}', 201);
+SELECT idem_claim('refused', idem_fingerprint('b'), '1 hour');
+SELECT idem_fail('refused', 1, '{"reason": "card declined"}', retryable => false, response_code => 402);
+SELECT idem_claim('retry', idem_fingerprint('c'), '1 hour');
+SELECT idem_fail('retry', 1, '{"reason": "timeout"}', retryable => true);
+SELECT idem_claim('timeout', idem_fingerprint('d'), '1 hour');
+SELECT idem_mark_unknown('timeout', 1, '{"provider": "no answer"}');
+SELECT idem_claim('running', idem_fingerprint('e'), '1 hour');
+SELECT idem_checkpoint('running', 1, 'step-2');
+SELECT idem_claim('done', idem_fingerprint('f'), '1 hour', scope => $s$tenant "x"; y$s$);
+SELECT idem_complete('done', 1, '{"scoped": true}', 200, scope => $s$tenant "x"; y$s$);
+SQL
+
+# Machines: "payment", and one whose name and states are hostile to quoting
+# (double and single quotes, a semicolon, commas, braces, backslashes, a
+# state called NULL).  Both are attached, with the transition log.
+$node->safe_psql('source', <<'SQL');
+SELECT idem_define_machine('payment',
+    '{"PENDING": ["PAID", "CANCELLED"], "PAID": ["REFUNDED"]}', '{PENDING}');
+SELECT idem_define_machine($m$we"ird; machine$m$,
+    jsonb_build_object($s$a "b"$s$, jsonb_build_array('c,d', 'NULL'),
+                       'c,d', jsonb_build_array('{g}'),
+                       'NULL', jsonb_build_array($s$h'i j\k$s$)),
+    ARRAY[$s$a "b"$s$]);
+
+CREATE TABLE payments (id text PRIMARY KEY, status text NOT NULL, amount integer);
+SELECT idem_attach_machine('payments', 'status', 'payment', log => true);
+INSERT INTO payments VALUES ('p1', 'PENDING', 10), ('p2', 'PENDING', 20), ('p3', 'PENDING', 30);
+SELECT idem_transition('payments', 'p1', 'PAID');
+SELECT idem_transition('payments', 'p1', 'REFUNDED', from_states => '{PAID}');
+UPDATE payments SET status = 'CANCELLED' WHERE id = 'p3';
+
+CREATE TABLE "odd ""table""" (id integer PRIMARY KEY, "state col" text);
+SELECT idem_attach_machine('"odd ""table"""', 'state col', $m$we"ird; machine$m$, log => true);
+INSERT INTO "odd ""table""" VALUES (1, $s$a "b"$s$), (2, $s$a "b"$s$);
+SELECT idem_transition('"odd ""table"""', '1', 'NULL');
+SQL
+
+# Sanity of the source before dumping it.
+is( $node->safe_psql(
+		'source', q{SELECT string_agg(key || ':' || status, ',' ORDER BY scope, key) FROM idempotency_records}),
+	'done:succeeded,refused:failed,retry:failed,running:processing,timeout:unknown,done:succeeded',
+	'the source has records in every status');
+is($node->safe_psql('source', q{SELECT string_agg(id || ':' || status, ',' ORDER BY id) FROM payments}),
+	'p1:REFUNDED,p2:PENDING,p3:CANCELLED', 'the source payments went through their moves');
+
+my $tempdir = PostgreSQL::Test::Utils::tempdir;
+my $dump = "$tempdir/source.dump";
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('source') ],
+	'pg_dump -Fc of the source database');
+
+# The archive as SQL: the built-in machine is not in it, the others are.
+my $script = "$tempdir/source.sql";
+$node->command_ok([ 'pg_restore', '-f', $script, $dump ], 'pg_restore -f lists the archive as SQL');
+my $sql = slurp_file($script);
+unlike($sql, qr/idem\.record/, 'the built-in machine idem.record is not dumped');
+like($sql, qr/we"ird; machine/, 'the machine with a hostile name is dumped');
+like($sql, qr/CREATE EXTENSION IF NOT EXISTS idempotency/, 'the dump creates the extension');
+
+$node->safe_psql('postgres', 'CREATE DATABASE restored');
+$node->command_ok(
+	[ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ],
+	'pg_restore into a new database, without errors');
+
+# Everything the dump carries is equal in both databases.
+my %same = (
+	'records' => q{
+		SELECT scope, key, encode(fingerprint, 'hex'), token, lease_expires_at, created_at,
+		       updated_at, completed_at, expires_at, status, attempts, response_code,
+		       retryable, recovery_point, result, error
+		  FROM idempotency_records ORDER BY scope, key},
+	# idem.record is made anew by CREATE EXTENSION: all but its defined_at
+	'machines' => q{
+		SELECT name, states, initial_states,
+		       CASE WHEN name NOT LIKE 'idem.%' THEN defined_at END
+		  FROM idem_machines ORDER BY name},
+	'moves' =>
+	  q{SELECT machine, from_state, to_state FROM idem_machine_moves ORDER BY machine, from_state, to_state},
+	'states of the hostile machine' =>
+	  q{SELECT * FROM idem_machine_states($m$we"ird; machine$m$)},
+	'DOT of the hostile machine' => q{SELECT idem_machine_dot($m$we"ird; machine$m$)},
+	'attachments' => q{
+		SELECT table_name::text, state_column, machine, trigger_name
+		  FROM idem_attached_machines ORDER BY 1, 2},
+	'payments'        => q{SELECT * FROM payments ORDER BY id},
+	'odd table'       => q{SELECT * FROM "odd ""table""" ORDER BY id},
+	'payments log'    => q{SELECT * FROM payments_state_log ORDER BY logged_at, to_state},
+	'odd table log'   => q{SELECT * FROM "odd ""table""_state_log" ORDER BY logged_at, to_state},
+	'enforcing triggers' => q{
+		SELECT tgrelid::regclass::text, tgname, tgenabled, pg_get_triggerdef(oid)
+		  FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1, 2});
+for my $what (sort keys %same)
+{
+	my $before = $node->safe_psql('source', $same{$what});
+	my $after = $node->safe_psql('restored', $same{$what});
+	isnt($before, '', "$what: the source has some");
+	is($after, $before, "$what: equal after the restore");
+}
+
+is( $node->safe_psql(
+		'restored', q{SELECT count(*) FROM idem_machines WHERE name = 'idem.record'}),
+	'1', 'idem.record exists exactly once after the restore');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT string_agg(from_state || '>' || to_state, ',' ORDER BY from_state, to_state)
+		    FROM idem_machine_moves WHERE machine = 'idem.record'}),
+	'failed>processing,processing>failed,processing>succeeded,processing>unknown,unknown>failed,unknown>succeeded',
+	'with its moves exactly once');
+is($node->safe_psql('restored', q{SELECT count(*) FROM payments_state_log}),
+	'6', 'the payments log has its six rows: three inserts and three moves');
+
+# The restored triggers enforce the machines.
+my ($ret, $out, $err) = $node->psql('restored',
+	q{UPDATE payments SET status = 'PENDING' WHERE id = 'p3'},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+isnt($ret, 0, 'an illegal UPDATE fails after the restore');
+like(
+	$err,
+	qr/IK005: invalid transition from "CANCELLED" to "PENDING" in column "status" of table "payments"/,
+	'with the invalid-transition error');
+($ret, $out, $err) = $node->psql('restored',
+	q{UPDATE payments SET status = 'PAID' WHERE id = 'p1'},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK005: invalid transition from "REFUNDED" to "PAID"/,
+	'a restored terminal state stays terminal');
+($ret, $out, $err) = $node->psql('restored', q{INSERT INTO payments VALUES ('p9', 'PAID', 90)},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK005: invalid initial state "PAID"/, 'the initial states are enforced');
+
+is($node->safe_psql('restored', q{SELECT idem_transition('payments', 'p2', 'PAID')}),
+	'applied', 'a legal idem_transition applies after the restore');
+is($node->safe_psql('restored', q{SELECT idem_transition('payments', 'p2', 'PAID')}),
+	'already', 'and is idempotent');
+is($node->safe_psql('restored', q{SELECT idem_transition('payments', 'p3', 'PAID')}),
+	'rejected', 'a move from a state without that move is rejected');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT row_key::text || ' ' || from_state || '>' || to_state FROM payments_state_log
+		   ORDER BY logged_at DESC LIMIT 1}),
+	'{"id": "p2"} PENDING>PAID',
+	'the restored log trigger records the new move');
+
+# The hostile machine's trigger too.
+is( $node->safe_psql(
+		'restored', q{SELECT idem_transition('"odd ""table"""', '2', 'c,d', state_column => 'state col')}),
+	'applied', 'idem_transition on the table governed by the hostile machine');
+is( $node->safe_psql(
+		'restored', q{SELECT idem_transition('"odd ""table"""', '2', '{g}')}),
+	'applied', 'a state with braces is reached');
+($ret, $out, $err) = $node->psql('restored',
+	q{UPDATE "odd ""table""" SET "state col" = $s$a "b"$s$ WHERE id = 1},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK005: invalid transition from "NULL" to "a "b""/,
+	'the hostile machine refuses an illegal move');
+($ret, $out, $err) = $node->psql('restored',
+	q{UPDATE "odd ""table""" SET "state col" = NULL WHERE id = 1},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK005: invalid transition from "NULL" to NULL/,
+	'the state called NULL is a string, and SQL NULL is still no state');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT string_agg(from_state || '>' || to_state, ',' ORDER BY logged_at)
+		    FROM "odd ""table""_state_log" WHERE row_key = '{"id": 2}'}),
+	qq{a "b">c,d,c,d>{g}},
+	'and logs its moves');
+
+# Claims replay the restored outcomes.
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, token IS NULL, status, response_code, result
+		    FROM idem_claim('done', idem_fingerprint('a'), '1 hour')}),
+	'replay|t|succeeded|201|{"order_id": 7}',
+	'a restored success replays');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, status, response_code, error FROM idem_claim('refused', idem_fingerprint('b'), '1 hour')}),
+	'replay|failed|402|{"reason": "card declined"}',
+	'a restored final failure replays');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, token, status, attempts, error FROM idem_claim('retry', idem_fingerprint('c'), '1 hour')}),
+	'takeover|2|processing|2|{"reason": "timeout"}',
+	'a restored retryable failure is taken over with the next token');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, token IS NULL, status, error FROM idem_claim('timeout', idem_fingerprint('d'), '1 hour')}),
+	'unknown|t|unknown|{"provider": "no answer"}',
+	'a restored unknown outcome stays unknown');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, token IS NULL, status, recovery_point FROM idem_claim('running', idem_fingerprint('e'), '1 hour')}),
+	'in_progress|t|processing|step-2',
+	'a restored live lease is still in progress');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, result FROM idem_claim('done', idem_fingerprint('f'), '1 hour', scope => $s$tenant "x"; y$s$)}),
+	'replay|{"scoped": true}',
+	'a restored record in another scope replays');
+($ret, $out, $err) = $node->psql('restored',
+	q{SELECT idem_claim('done', idem_fingerprint('not a'), '1 hour')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/IK001/, 'a restored fingerprint still refuses a different request');
+is( $node->safe_psql(
+		'restored',
+		q{SELECT outcome, token FROM idem_claim('brand new', idem_fingerprint('g'), '1 hour')}),
+	'new|1', 'a new key is claimed in the restored database');
+
+# The records' built-in machine still governs them.
+($ret, $out, $err) = $node->psql('restored',
+	q{UPDATE idempotency_records SET status = 'processing' WHERE key = 'done' AND scope = ''},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+isnt($ret, 0, 'a succeeded record cannot go back to processing');
+like(
+	$err,
+	qr/IK005: invalid transition from "succeeded" to "processing" in column "status" of table "idempotency_records"/,
+	'idem.record refuses succeeded -> processing after the restore');
+
+# The restored definitions are the restored database's own: a redefinition
+# there applies there only.
+$node->safe_psql('restored',
+	q{SELECT idem_define_machine('payment', '{"PENDING": ["PAID"], "PAID": ["REFUNDED", "PENDING"]}', '{PENDING}')});
+is($node->safe_psql('restored', q{SELECT idem_transition('payments', 'p2', 'PENDING')}),
+	'applied', 'a redefinition in the restored database takes effect there');
+is($node->safe_psql('source', q{SELECT idem_transition('payments', 'p2', 'PAID')}),
+	'applied', 'the source moves p2 to PAID');
+($ret, $out, $err) = $node->psql('source', q{UPDATE payments SET status = 'PENDING' WHERE id = 'p2'});
+like($err, qr/invalid transition from "PAID" to "PENDING"/, 'but keeps its own definition');
+
+$node->stop;
+done_testing();
