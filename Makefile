@@ -28,3 +28,6 @@ EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check log
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Every module includes the one shared header.
+$(OBJS): src/idempotency.h

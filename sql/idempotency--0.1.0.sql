@@ -169,6 +169,129 @@ REVOKE EXECUTE ON FUNCTION
 FROM PUBLIC;
 
 /*
+ * The consumer inbox: one narrow row per accepted message, kept for its
+ * retention and removed by idem_purge; and one watermark row per ordered
+ * stream, never purged.  Rows are only inserted and deleted, so the BRIN
+ * index that lets idem_purge find expired rows costs a few pages.
+ */
+CREATE TABLE @extschema@.idem_inbox (
+    consumer   text COLLATE pg_catalog."C" NOT NULL,
+    message_id text COLLATE pg_catalog."C" NOT NULL,
+    expires_at timestamptz NOT NULL,
+    CONSTRAINT idem_inbox_pkey PRIMARY KEY (consumer, message_id)
+);
+
+CREATE INDEX idem_inbox_expires_at ON @extschema@.idem_inbox
+    USING brin (expires_at) WITH (pages_per_range = 16);
+
+COMMENT ON TABLE @extschema@.idem_inbox IS
+    'messages a consumer has accepted, kept until expires_at to recognise duplicates';
+
+CREATE TABLE @extschema@.idem_inbox_streams (
+    consumer   text COLLATE pg_catalog."C" NOT NULL,
+    stream     text COLLATE pg_catalog."C" NOT NULL,
+    watermark  bigint NOT NULL,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT idem_inbox_streams_pkey PRIMARY KEY (consumer, stream)
+);
+
+COMMENT ON TABLE @extschema@.idem_inbox_streams IS
+    'the highest sequence number each consumer has accepted from each ordered stream';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_inbox', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_inbox_streams', '');
+
+CREATE FUNCTION @extschema@.idem_inbox_accept(
+    consumer text,
+    message_id text,
+    retention interval DEFAULT NULL,
+    wait boolean DEFAULT true)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_inbox_accept'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_accept(text, text, interval, boolean) IS
+    'true the first time a consumer sees a message (within retention), false for a duplicate';
+
+CREATE FUNCTION @extschema@.idem_inbox_accept_seq(
+    consumer text,
+    stream text,
+    seq bigint,
+    accept_gap boolean DEFAULT false)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_inbox_accept_seq'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_accept_seq(text, text, bigint, boolean) IS
+    'ordered de-duplication by watermark: new | duplicate | gap';
+
+CREATE FUNCTION @extschema@.idem_inbox_seq(major bigint, minor integer)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    IF major IS NULL OR minor IS NULL THEN
+        RAISE EXCEPTION 'sequence parts must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF major < 0 OR major >= 8796093022208 OR minor < 0 OR minor >= 1048576 THEN
+        RAISE EXCEPTION 'sequence (%, %) is out of range', major, minor
+            USING ERRCODE = '22003',
+                  DETAIL = 'The major part is 0 to 2^43 - 1 and the minor part 0 to 2^20 - 1.';
+    END IF;
+    RETURN major * 1048576 + minor;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_seq(bigint, integer) IS
+    'the bigint sequence number of a (major, minor) pair such as (block number, log index)';
+
+CREATE FUNCTION @extschema@.idem_inbox_accept_seq(
+    consumer text,
+    stream text,
+    major bigint,
+    minor integer,
+    accept_gap boolean DEFAULT true)
+RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+RETURN @extschema@.idem_inbox_accept_seq(consumer, stream,
+                                         @extschema@.idem_inbox_seq(major, minor),
+                                         accept_gap);
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_accept_seq(text, text, bigint, integer, boolean) IS
+    'ordered de-duplication of (block number, log index) pairs: seq = major * 2^20 + minor';
+
+
+CREATE FUNCTION @extschema@.idem_inbox_watermark(consumer text, stream text)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+RETURN (SELECT s.watermark FROM @extschema@.idem_inbox_streams s
+        WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_watermark.consumer
+          AND s.stream OPERATOR(pg_catalog.=) idem_inbox_watermark.stream);
+
+/* Retention, shared by the records and the inbox. */
+CREATE FUNCTION @extschema@.idem_purge(
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_purge(integer, integer) IS
+    'delete expired finished records and expired inbox messages in batches; returns how many rows went';
+
+REVOKE ALL ON TABLE @extschema@.idem_inbox, @extschema@.idem_inbox_streams FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_inbox_accept(text, text, interval, boolean),
+    @extschema@.idem_inbox_accept_seq(text, text, bigint, boolean),
+    @extschema@.idem_inbox_accept_seq(text, text, bigint, integer, boolean),
+    @extschema@.idem_inbox_watermark(text, text),
+    @extschema@.idem_purge(integer, integer)
+FROM PUBLIC;
+
+/*
  * State machines.
  *
  * A machine is a set of states and of moves between them; it lives in two

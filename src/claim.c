@@ -292,10 +292,7 @@ idem_claim(PG_FUNCTION_ARGS)
 		lease_expires_at = now + (int64) idem_default_lease_ms * USECS_PER_SEC / 1000;
 	else
 		lease_expires_at = idem_add_interval(now, PG_GETARG_INTERVAL_P(2), "lease");
-	if (retention_given)
-		expires_at = idem_add_interval(now, PG_GETARG_INTERVAL_P(4), "retention");
-	else
-		expires_at = now + (int64) idem_retention_s * USECS_PER_SEC;
+	expires_at = idem_retention_expiry(fcinfo, 4, now);
 	idem_arg_not_null(fcinfo, 5, "wait");
 	wait = PG_GETARG_BOOL(5);
 
@@ -313,7 +310,9 @@ idem_claim(PG_FUNCTION_ARGS)
 				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
 			};
 
-			if (!wait && idem_store_insert_in_progress(scope, key))
+			if (!wait && idem_store_insert_in_progress(idem_objects_current()->records,
+													   idem_objects_current()->records_pkey,
+													   scope, key))
 			{
 				outcome = OUTCOME_IN_PROGRESS;
 				break;

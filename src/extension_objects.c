@@ -80,6 +80,8 @@ objects_load(Oid fn_oid)
 	loaded.machines_pkey = relation_in(nsp, "idem_machines_pkey");
 	loaded.moves = relation_in(nsp, "idem_machine_moves");
 	loaded.moves_pkey = relation_in(nsp, "idem_machine_moves_pkey");
+	loaded.inbox = relation_in(nsp, "idem_inbox");
+	loaded.inbox_pkey = relation_in(nsp, "idem_inbox_pkey");
 
 	loaded.enforce_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
 												  makeString("idem_enforce_transition")),

@@ -101,6 +101,14 @@ typedef enum IdemStatement
 	STMT_RELEASE,
 	STMT_MARK_UNKNOWN,
 	STMT_RESOLVE,
+	STMT_INBOX_INSERT,			/* $1 consumer, $2 message, $3 expiry */
+	STMT_INBOX_REVIVE,			/* same, $4 now: an expired message again */
+	STMT_STREAM_ADVANCE,		/* $1 consumer, $2 stream, $3 seq, $4 now */
+	STMT_STREAM_LOCK,			/* $1 consumer, $2 stream */
+	STMT_STREAM_INSERT,			/* $1 consumer, $2 stream, $3 seq, $4 now */
+	STMT_STREAM_SET,			/* $1 consumer, $2 stream, $3 seq, $4 now */
+	STMT_PURGE_RECORDS,			/* $1 now, $2 batch size */
+	STMT_PURGE_INBOX,			/* $1 now, $2 batch size */
 	IDEM_NUM_STATEMENTS
 } IdemStatement;
 
@@ -115,6 +123,8 @@ typedef struct IdemObjects
 	Oid			machines_pkey;
 	Oid			moves;			/* idem_machine_moves and its primary key */
 	Oid			moves_pkey;
+	Oid			inbox;			/* idem_inbox and its primary key */
+	Oid			inbox_pkey;
 	Oid			enforce_fn;		/* idem_enforce_transition() */
 	Oid			status_type;	/* idem_status and its labels */
 	Oid			status_labels[IDEM_NUM_STATUSES];
@@ -142,7 +152,10 @@ extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 							 bool fresh_snapshot, IdemRecord *rec,
 							 MemoryContext copy_to);
-extern bool idem_store_insert_in_progress(text *scope, text *key);
+extern bool idem_store_insert_in_progress(Oid heap, Oid index, text *key1, text *key2);
+extern uint64 idem_store_processed(void);
+extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
+								   const char *nulls, Datum *value);
 extern Oid	idem_status_type(void);
 extern Datum idem_status_datum(IdemStatus status);
 extern HeapTuple idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc);
@@ -169,6 +182,8 @@ extern char *idem_machine_moves_from(const IdemMachine *machine, int from);
 /* validation.c */
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *what);
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz idem_retention_expiry(FunctionCallInfo fcinfo, int argno,
+										 TimestampTz now);
 extern bytea *idem_arg_fingerprint(FunctionCallInfo fcinfo, int argno);
 extern int64 idem_arg_token(FunctionCallInfo fcinfo, int argno);
 extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *name);

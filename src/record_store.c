@@ -170,6 +170,61 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		8, {TEXTOID, TEXTOID, InvalidOid, JSONBOID, JSONBOID, INT4OID, BOOLOID,
 		TIMESTAMPTZOID}
 	},
+	[STMT_INBOX_INSERT] = {
+		"INSERT INTO @S@.idem_inbox (consumer, message_id, expires_at) "
+		"VALUES ($1, $2, $3) ON CONFLICT (consumer, message_id) DO NOTHING",
+		3, {TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	},
+	/* a message past its retention counts as new: the row lock decides who */
+	[STMT_INBOX_REVIVE] = {
+		"UPDATE @S@.idem_inbox SET expires_at = $3 "
+		"WHERE consumer" EQ "$1 AND message_id" EQ "$2 "
+		"AND expires_at OPERATOR(pg_catalog.<=) $4",
+		4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* the common case, seq = watermark + 1, in one statement */
+	[STMT_STREAM_ADVANCE] = {
+		"UPDATE @S@.idem_inbox_streams SET watermark = $3, updated_at = $4 "
+		"WHERE consumer" EQ "$1 AND stream" EQ "$2 "
+		"AND watermark" EQ "($3 OPERATOR(pg_catalog.-) 1)",
+		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	[STMT_STREAM_LOCK] = {
+		"SELECT watermark FROM @S@.idem_inbox_streams "
+		"WHERE consumer" EQ "$1 AND stream" EQ "$2 FOR UPDATE",
+		2, {TEXTOID, TEXTOID}
+	},
+	[STMT_STREAM_INSERT] = {
+		"INSERT INTO @S@.idem_inbox_streams (consumer, stream, watermark, updated_at) "
+		"VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, stream) DO NOTHING",
+		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	[STMT_STREAM_SET] = {
+		"UPDATE @S@.idem_inbox_streams SET watermark = $3, updated_at = $4 "
+		"WHERE consumer" EQ "$1 AND stream" EQ "$2",
+		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+
+	/*
+	 * Purge: lock a batch of expired rows, skipping rows that a claim or an
+	 * accept holds, and delete exactly those.  Work that may have had effects
+	 * (processing, unknown) is never purged.
+	 */
+	[STMT_PURGE_RECORDS] = {
+		"DELETE FROM @S@.idempotency_records WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM @S@.idempotency_records "
+		"WHERE expires_at OPERATOR(pg_catalog.<=) $1 "
+		"AND status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}') "
+		"LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
+	[STMT_PURGE_INBOX] = {
+		"DELETE FROM @S@.idem_inbox WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM @S@.idem_inbox "
+		"WHERE expires_at OPERATOR(pg_catalog.<=) $1 "
+		"LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
 };
 
 /*
@@ -333,7 +388,7 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 	}
 	plan = statement_plan(stmt);
 
-	ret = SPI_execute_plan(plan, args, nulls, read_only, 1);
+	ret = SPI_execute_plan(plan, args, nulls, read_only, 0);
 	if (ret < 0)
 		elog(ERROR, "SPI_execute_plan failed for idempotency statement %d: %s",
 			 (int) stmt, SPI_result_code_string(ret));
@@ -438,15 +493,15 @@ idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc)
 
 /*
  * Does another transaction hold an uncommitted insert (or delete) of this
- * key?  The claim with wait => false asks this before inserting, so that it
- * can answer in_progress instead of waiting on the primary key the way
- * INSERT ... ON CONFLICT would.  It probes the primary key with a dirty
+ * two-column key in this primary key?  A claim or an inbox accept with
+ * wait => false asks this before inserting, so that it can answer at once
+ * instead of waiting on the primary key the way INSERT ... ON CONFLICT would.  It probes the primary key with a dirty
  * snapshot, as the executor's own unique checks do; it runs after the
  * caller's SELECT on the table, so the caller's table privilege has been
  * checked already, and it reveals nothing the blocking INSERT would not.
  */
 bool
-idem_store_insert_in_progress(text *scope, text *key)
+idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key2)
 {
 	Relation	heap;
 	Relation	index;
@@ -456,12 +511,12 @@ idem_store_insert_in_progress(text *scope, text *key)
 	TupleTableSlot *slot;
 	bool		in_progress = false;
 
-	heap = table_open(objects->records, AccessShareLock);
-	index = index_open(objects->records_pkey, AccessShareLock);
+	heap = table_open(heap_oid, AccessShareLock);
+	index = index_open(index_oid, AccessShareLock);
 
 	InitDirtySnapshot(dirty);
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key1));
+	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key2));
 
 	slot = table_slot_create(heap, NULL);
 	scan = index_beginscan(heap, index, &dirty, 2, 0);
@@ -483,4 +538,27 @@ idem_store_insert_in_progress(text *scope, text *key)
 	index_close(index, AccessShareLock);
 	table_close(heap, AccessShareLock);
 	return in_progress;
+}
+
+/*
+ * Run a statement that returns one column of a pass-by-value type; *value
+ * gets it from the first row.  Returns whether a row came back.
+ */
+bool
+idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
+					   const char *nulls, Datum *value)
+{
+	bool		isnull;
+
+	if (!idem_store_exec(store, stmt, args, nulls, false, NULL, NULL))
+		return false;
+	*value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull;
+}
+
+/* How many rows the last statement of idem_store_exec touched. */
+uint64
+idem_store_processed(void)
+{
+	return SPI_processed;
 }

@@ -137,3 +137,15 @@ idem_arg_positive_interval(FunctionCallInfo fcinfo, int argno, const char *name)
 	idem_arg_not_null(fcinfo, argno, name);
 	return PG_GETARG_INTERVAL_P(argno);
 }
+
+/*
+ * The expiry of something kept for the retention given in argument argno,
+ * or for idempotency.retention when that is NULL.
+ */
+TimestampTz
+idem_retention_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+{
+	if (PG_ARGISNULL(argno))
+		return now + (int64) idem_retention_s * USECS_PER_SEC;
+	return idem_add_interval(now, PG_GETARG_INTERVAL_P(argno), "retention");
+}

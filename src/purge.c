@@ -1,0 +1,77 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge.c
+ *		idem_purge(): remove what retention no longer keeps.
+ *
+ * One mechanism for every table with an expires_at column: finished records
+ * (succeeded, failed) and inbox messages.  Each batch locks up to batch_size
+ * expired rows with FOR UPDATE SKIP LOCKED and deletes exactly those, so a
+ * purge never waits for, nor blocks, a claim or an accept that holds a row:
+ * a claim reusing an expired record keeps it, and a claim that arrives while
+ * purge holds the row waits for the purge and then finds the key absent.
+ * Records that may stand for work with effects (processing, unknown) are
+ * never purged, whatever their expiry.  Inbox watermarks are never purged.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_purge);
+
+static const IdemStatement purge_statements[] = {STMT_PURGE_RECORDS, STMT_PURGE_INBOX};
+
+Datum
+idem_purge(PG_FUNCTION_ARGS)
+{
+	int32		batch_size;
+	int32		max_batches = -1;
+	int64		purged = 0;
+	int32		batches = 0;
+	IdemStore	store;
+
+	idem_arg_not_null(fcinfo, 0, "batch_size");
+	batch_size = PG_GETARG_INT32(0);
+	if (batch_size <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch_size must be positive"),
+				 errdetail("The value given was %d.", batch_size)));
+	if (!PG_ARGISNULL(1))
+	{
+		max_batches = PG_GETARG_INT32(1);
+		if (max_batches <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_batches must be positive"),
+					 errdetail("The value given was %d.", max_batches)));
+	}
+
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	for (size_t t = 0; t < lengthof(purge_statements); t++)
+	{
+		for (;;)
+		{
+			Datum		args[2] = {
+				TimestampTzGetDatum(GetCurrentTimestamp()), Int32GetDatum(batch_size)
+			};
+			uint64		deleted;
+
+			if (max_batches >= 0 && batches >= max_batches)
+				break;
+			idem_store_exec(&store, purge_statements[t], args, NULL, false, NULL, NULL);
+			deleted = idem_store_processed();
+			purged += deleted;
+			batches++;
+			CHECK_FOR_INTERRUPTS();
+			if (deleted < (uint64) batch_size)
+				break;			/* this table has no more expired rows */
+		}
+	}
+	idem_store_close(&store);
+	PG_RETURN_INT64(purged);
+}
