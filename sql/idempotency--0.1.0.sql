@@ -151,6 +151,47 @@ RETURNS SETOF @extschema@.idempotency_records
 AS 'MODULE_PATHNAME', 'idem_lookup'
 LANGUAGE C STABLE ROWS 1;
 
+CREATE FUNCTION @extschema@.idem_await(
+    key text,
+    scope text DEFAULT '',
+    timeout interval DEFAULT '5 seconds')
+RETURNS SETOF @extschema@.idempotency_records
+AS 'MODULE_PATHNAME', 'idem_await'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.idem_await(text, text, interval) IS
+    'wait (holding no lock) until the record leaves processing or the timeout passes; returns it';
+
+/* Operations: what is stuck, and how many records are in which state. */
+CREATE VIEW @extschema@.idem_stuck WITH (security_invoker = true) AS
+SELECT r.scope, r.key, r.status,
+       CASE WHEN r.status OPERATOR(pg_catalog.=) 'unknown'
+            THEN 'unknown outcome' ELSE 'lease expired' END AS reason,
+       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.created_at AS age,
+       r.attempts, r.recovery_point, r.error, r.lease_expires_at,
+       r.created_at, r.updated_at
+FROM @extschema@.idempotency_records r
+WHERE r.status OPERATOR(pg_catalog.=) 'unknown'
+   OR (r.status OPERATOR(pg_catalog.=) 'processing'
+       AND r.lease_expires_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp())
+ORDER BY r.created_at;
+
+COMMENT ON VIEW @extschema@.idem_stuck IS
+    'work that needs a person or a reconciler: unknown outcomes and abandoned leases, oldest first';
+
+CREATE VIEW @extschema@.idem_summary WITH (security_invoker = true) AS
+SELECT r.scope, r.status, pg_catalog.count(*) AS records,
+       pg_catalog.min(r.created_at) AS oldest,
+       pg_catalog.count(*) FILTER (WHERE r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+                                    AND r.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}'))
+           AS expired
+FROM @extschema@.idempotency_records r
+GROUP BY r.scope, r.status
+ORDER BY r.scope, r.status;
+
+COMMENT ON VIEW @extschema@.idem_summary IS
+    'records by scope and status, with how many are waiting for idem_purge';
+
 /*
  * Privileges: the fingerprint functions are pure and stay executable by
  * PUBLIC; everything that reads or writes records is granted explicitly
@@ -165,7 +206,8 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_release(text, bigint, text),
     @extschema@.idem_mark_unknown(text, bigint, jsonb, text),
     @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean),
-    @extschema@.idem_lookup(text, text)
+    @extschema@.idem_lookup(text, text),
+    @extschema@.idem_await(text, text, interval)
 FROM PUBLIC;
 
 /*

@@ -282,6 +282,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		retention_given = !PG_ARGISNULL(4);
 	bool		wait;
 	MemoryContext caller_cxt = CurrentMemoryContext;
+	Datum		new_args[6];
 	IdemStore	store;
 	IdemRecord	rec;
 	ClaimOutcome outcome = OUTCOME_IN_PROGRESS;
@@ -296,20 +297,20 @@ idem_claim(PG_FUNCTION_ARGS)
 	idem_arg_not_null(fcinfo, 5, "wait");
 	wait = PG_GETARG_BOOL(5);
 
+	/* the arguments of STMT_INSERT and STMT_REUSE; the first two are by_key */
+	new_args[0] = PointerGetDatum(scope);
+	new_args[1] = PointerGetDatum(key);
+	new_args[2] = PointerGetDatum(fingerprint);
+	new_args[3] = TimestampTzGetDatum(lease_expires_at);
+	new_args[4] = TimestampTzGetDatum(now);
+	new_args[5] = TimestampTzGetDatum(expires_at);
+
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
 	{
-		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
-
 		if (!idem_store_fetch(&store, scope, key, true, &rec, caller_cxt))
 		{
-			Datum		args[6] = {
-				PointerGetDatum(scope), PointerGetDatum(key),
-				PointerGetDatum(fingerprint), TimestampTzGetDatum(lease_expires_at),
-				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
-			};
-
 			if (!wait && idem_store_insert_in_progress(idem_objects_current()->records,
 													   idem_objects_current()->records_pkey,
 													   scope, key))
@@ -317,7 +318,7 @@ idem_claim(PG_FUNCTION_ARGS)
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
-			if (idem_store_exec(&store, STMT_INSERT, args, NULL, false, NULL, caller_cxt))
+			if (idem_store_exec(&store, STMT_INSERT, new_args, NULL, false, NULL, caller_cxt))
 			{
 				new_record(&rec, scope, key, fingerprint, lease_expires_at, now, expires_at);
 				outcome = OUTCOME_NEW;
@@ -332,7 +333,7 @@ idem_claim(PG_FUNCTION_ARGS)
 
 		/* Lock the newest version and decide again on it. */
 		if (!idem_store_exec(&store, wait ? STMT_SELECT_FOR_UPDATE : STMT_SELECT_SKIP_LOCKED,
-							 by_key, NULL, false, &rec, caller_cxt))
+							 new_args, NULL, false, &rec, caller_cxt))
 		{
 			/*
 			 * Locked by another writer, or deleted meanwhile.  The committed
@@ -350,13 +351,7 @@ idem_claim(PG_FUNCTION_ARGS)
 		outcome = classify(&rec, fingerprint, now, key, scope);
 		if (outcome == NEEDS_REUSE)
 		{
-			Datum		args[6] = {
-				PointerGetDatum(scope), PointerGetDatum(key),
-				PointerGetDatum(fingerprint), TimestampTzGetDatum(lease_expires_at),
-				TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)
-			};
-
-			if (!idem_store_exec(&store, STMT_REUSE, args, NULL, false, &rec, caller_cxt))
+			if (!idem_store_exec(&store, STMT_REUSE, new_args, NULL, false, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_NEW;
 		}

@@ -156,9 +156,7 @@ extern bool idem_store_insert_in_progress(Oid heap, Oid index, text *key1, text 
 extern uint64 idem_store_processed(void);
 extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
 								   const char *nulls, Datum *value);
-extern Oid	idem_status_type(void);
 extern Datum idem_status_datum(IdemStatus status);
-extern HeapTuple idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc);
 
 /* A compiled state machine (machine.c). */
 typedef struct IdemMachine
@@ -189,7 +187,5 @@ extern int64 idem_arg_token(FunctionCallInfo fcinfo, int argno);
 extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *name);
-extern Interval *idem_arg_positive_interval(FunctionCallInfo fcinfo, int argno,
-											const char *name);
 
 #endif							/* IDEMPOTENCY_H */

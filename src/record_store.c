@@ -315,12 +315,6 @@ idem_store_close(IdemStore *store)
 	store->spi_connected = false;
 }
 
-Oid
-idem_status_type(void)
-{
-	return objects->status_type;
-}
-
 Datum
 idem_status_datum(IdemStatus status)
 {
@@ -479,16 +473,6 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	table_close(heap, NoLock);
 	UnregisterSnapshot(snapshot);
 	return rec->found;
-}
-
-/* The record as a tuple of the idempotency_records row type. */
-HeapTuple
-idem_record_tuple(IdemRecord *rec, TupleDesc tupdesc)
-{
-	if (tupdesc->natts != IDEM_NUM_COLUMNS)
-		elog(ERROR, "idempotency_records has %d columns, expected %d",
-			 tupdesc->natts, IDEM_NUM_COLUMNS);
-	return heap_form_tuple(tupdesc, rec->values, rec->nulls);
 }
 
 /*

@@ -131,13 +131,6 @@ idem_add_interval(TimestampTz base, Interval *span, const char *name)
 	return result;
 }
 
-Interval *
-idem_arg_positive_interval(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	idem_arg_not_null(fcinfo, argno, name);
-	return PG_GETARG_INTERVAL_P(argno);
-}
-
 /*
  * The expiry of something kept for the retention given in argument argno,
  * or for idempotency.retention when that is NULL.
