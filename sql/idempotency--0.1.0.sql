@@ -333,6 +333,25 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_purge(integer, integer)
 FROM PUBLIC;
 
+/* Statistics (in shared memory: only with shared_preload_libraries). */
+CREATE FUNCTION @extschema@.idem_stats(
+    OUT counter text,
+    OUT value bigint,
+    OUT since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats'
+LANGUAGE C VOLATILE ROWS 20;
+
+COMMENT ON FUNCTION @extschema@.idem_stats() IS
+    'counters of claims by outcome, conflicts, stale tokens, transitions, inbox and purge, since the last reset';
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE;
+
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+
 /*
  * State machines.
  *

@@ -89,6 +89,8 @@ static void
 check_fingerprint(IdemRecord *rec, bytea *fingerprint, text *key, text *scope)
 {
 	if (!fingerprint_matches(rec, fingerprint))
+	{
+		idem_count(IDEM_COUNT_FINGERPRINT_CONFLICT);
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
 				 errmsg("idempotency key \"%s\" was already used for a different request",
@@ -96,6 +98,7 @@ check_fingerprint(IdemRecord *rec, bytea *fingerprint, text *key, text *scope)
 				 errdetail("The request fingerprint differs from the one stored for this key in scope \"%s\".",
 						   text_to_cstring(scope)),
 				 errhint("Use a new idempotency key for a different request.")));
+	}
 }
 
 /*
@@ -377,6 +380,12 @@ idem_claim(PG_FUNCTION_ARGS)
 				 errmsg("could not claim idempotency key \"%s\" because of concurrent changes",
 						text_to_cstring(key)),
 				 errhint("Retry the transaction.")));
+
+	idem_count(outcome == OUTCOME_NEW ? IDEM_COUNT_CLAIM_NEW :
+			   outcome == OUTCOME_REPLAY ? IDEM_COUNT_CLAIM_REPLAY :
+			   outcome == OUTCOME_TAKEOVER ? IDEM_COUNT_CLAIM_TAKEOVER :
+			   outcome == OUTCOME_UNKNOWN ? IDEM_COUNT_CLAIM_UNKNOWN :
+			   IDEM_COUNT_CLAIM_IN_PROGRESS);
 
 	/* rec's values live in caller_cxt; the result row must too */
 	idem_store_close(&store);

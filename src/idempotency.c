@@ -3,9 +3,12 @@
  * idempotency.c
  *		Module entry point and the idempotency.* settings.
  *
- * The library needs no shared memory and may be loaded on first use; the
- * settings are defined in _PG_init, and the prefix "idempotency" is reserved
- * so that a misspelled setting is reported instead of silently ignored.
+ * The library may be loaded on first use: everything but the statistics and
+ * the purge worker works so.  Loaded through shared_preload_libraries, it
+ * also reserves shared memory for the statistics (stats.c) and registers
+ * the purge launcher (worker.c).  The settings are defined in _PG_init, and
+ * the prefix "idempotency" is reserved so that a misspelled setting is
+ * reported instead of silently ignored.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,6 +16,7 @@
 
 #include <limits.h>
 
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "idempotency.h"
@@ -27,6 +31,11 @@ int			idem_retention_s = 24 * 60 * 60;
 
 /* Longest key and scope, in bytes (Stripe allows 255 characters). */
 int			idem_max_key_length = 255;
+
+/* The purge worker (worker.c), when the library is preloaded. */
+int			idem_purge_interval_s = 60;
+int			idem_purge_batch_size = 10000;
+char	   *idem_purge_databases = NULL;
 
 void		_PG_init(void);
 
@@ -70,5 +79,47 @@ _PG_init(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("idempotency.purge_interval",
+							"Time between two runs of the purge worker; 0 pauses it.",
+							"Needs the library in shared_preload_libraries.",
+							&idem_purge_interval_s,
+							60,
+							0,
+							INT_MAX / 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idempotency.databases",
+							   "Databases the purge worker purges, separated by commas.",
+							   "Needs the library in shared_preload_libraries.",
+							   &idem_purge_databases,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.purge_batch_size",
+							"Rows the purge worker deletes per table and transaction.",
+							NULL,
+							&idem_purge_batch_size,
+							10000,
+							1,
+							INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("idempotency");
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+		idem_stats_preload();
+		idem_worker_preload();
+	}
+	else if (idem_purge_databases[0] != '\0')
+		ereport(WARNING,
+				(errmsg("idempotency.databases is set, but no purge worker runs"),
+				 errdetail("The purge worker starts only when the server loads the library at start."),
+				 errhint("Add idempotency to shared_preload_libraries and restart the server, or purge with pg_cron.")));
 }

@@ -177,6 +177,40 @@ extern void idem_machine_refresh(void);
 extern int	idem_machine_state_index(const IdemMachine *machine, const char *state);
 extern char *idem_machine_moves_from(const IdemMachine *machine, int from);
 
+/* Counters of stats.c, in shared memory when the library is preloaded. */
+typedef enum IdemCounter
+{
+	IDEM_COUNT_CLAIM_NEW,
+	IDEM_COUNT_CLAIM_REPLAY,
+	IDEM_COUNT_CLAIM_IN_PROGRESS,
+	IDEM_COUNT_CLAIM_TAKEOVER,
+	IDEM_COUNT_CLAIM_UNKNOWN,
+	IDEM_COUNT_FINGERPRINT_CONFLICT,
+	IDEM_COUNT_STALE_TOKEN,
+	IDEM_COUNT_COMPLETED,
+	IDEM_COUNT_FAILED,
+	IDEM_COUNT_MARKED_UNKNOWN,
+	IDEM_COUNT_RESOLVED,
+	IDEM_COUNT_TRANSITION_APPLIED,
+	IDEM_COUNT_TRANSITION_ALREADY,
+	IDEM_COUNT_TRANSITION_REJECTED,
+	IDEM_COUNT_INBOX_ACCEPTED,
+	IDEM_COUNT_INBOX_DUPLICATE,
+	IDEM_COUNT_PURGED,
+	IDEM_NUM_COUNTERS
+} IdemCounter;
+
+/* stats.c */
+extern void idem_stats_preload(void);
+extern void idem_count_add(IdemCounter counter, uint64 n);
+#define idem_count(counter) idem_count_add((counter), 1)
+
+/* worker.c */
+extern int	idem_purge_interval_s;
+extern int	idem_purge_batch_size;
+extern char *idem_purge_databases;
+extern void idem_worker_preload(void);
+
 /* validation.c */
 extern text *idem_arg_key(FunctionCallInfo fcinfo, int argno, const char *what);
 extern text *idem_arg_scope(FunctionCallInfo fcinfo, int argno);

@@ -67,6 +67,7 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 	accepted = idem_store_exec(&store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL) ||
 		idem_store_exec(&store, STMT_INBOX_REVIVE, args, NULL, false, NULL, NULL);
 	idem_store_close(&store);
+	idem_count(accepted ? IDEM_COUNT_INBOX_ACCEPTED : IDEM_COUNT_INBOX_DUPLICATE);
 	PG_RETURN_BOOL(accepted);
 }
 
@@ -131,5 +132,6 @@ idem_inbox_accept_seq(PG_FUNCTION_ARGS)
 		}
 	}
 	idem_store_close(&store);
+	idem_count(outcome[0] == 'd' ? IDEM_COUNT_INBOX_DUPLICATE : IDEM_COUNT_INBOX_ACCEPTED);
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
 }

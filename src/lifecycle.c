@@ -101,6 +101,8 @@ explain_owner_miss(IdemStore *store, text *scope, text *key, int64 token, const 
 	current = DatumGetInt64(rec.values[COL_TOKEN]);
 	released = rec.status == IDEM_PROCESSING && rec.nulls[COL_LEASE_EXPIRES_AT];
 	if (token != current || released)
+	{
+		idem_count(IDEM_COUNT_STALE_TOKEN);
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_STALE_TOKEN),
 				 errmsg("token %lld is not the current fencing token of idempotency key \"%s\"",
@@ -109,6 +111,7 @@ explain_owner_miss(IdemStore *store, text *scope, text *key, int64 token, const 
 				 errdetail("The key was taken over or released after this token was issued.") :
 				 errdetail("No such token was issued for this key."),
 				 errhint("Do not apply this attempt's outcome; claim the key again to learn its state.")));
+	}
 
 	if (token == current && is_repeat(&rec, write))
 		return;
@@ -160,6 +163,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
 	nulls[4] = PG_ARGISNULL(3) ? 'n' : ' ';
 	owner_update(fcinfo, STMT_COMPLETE, args, nulls, "complete", &write, NULL);
+	idem_count(IDEM_COUNT_COMPLETED);
 	PG_RETURN_VOID();
 }
 
@@ -189,6 +193,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	args[6] = TimestampTzGetDatum(GetCurrentTimestamp());
 	nulls[5] = write.code_null ? 'n' : ' ';
 	owner_update(fcinfo, STMT_FAIL, args, nulls, "fail", &write, NULL);
+	idem_count(IDEM_COUNT_FAILED);
 	PG_RETURN_VOID();
 }
 
@@ -254,6 +259,7 @@ idem_mark_unknown(PG_FUNCTION_ARGS)
 	args[3] = write.error;
 	args[4] = TimestampTzGetDatum(GetCurrentTimestamp());
 	owner_update(fcinfo, STMT_MARK_UNKNOWN, args, NULL, "mark unknown", &write, NULL);
+	idem_count(IDEM_COUNT_MARKED_UNKNOWN);
 	PG_RETURN_VOID();
 }
 
@@ -323,6 +329,7 @@ idem_resolve(PG_FUNCTION_ARGS)
 				 errdetail("Its status is \"%s\".", idem_status_names[rec.status])));
 	}
 	idem_store_close(&store);
+	idem_count(IDEM_COUNT_RESOLVED);
 	PG_RETURN_VOID();
 }
 

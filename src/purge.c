@@ -4,7 +4,8 @@
  *		idem_purge(): remove what retention no longer keeps.
  *
  * One mechanism for every table with an expires_at column: finished records
- * (succeeded, failed) and inbox messages.  Each batch locks up to batch_size
+ * (succeeded, failed) and inbox messages, each purged in at most max_batches
+ * batches per call.  Each batch locks up to batch_size
  * expired rows with FOR UPDATE SKIP LOCKED and deletes exactly those, so a
  * purge never waits for, nor blocks, a claim or an accept that holds a row:
  * a claim reusing an expired record keeps it, and a claim that arrives while
@@ -31,7 +32,6 @@ idem_purge(PG_FUNCTION_ARGS)
 	int32		batch_size;
 	int32		max_batches = -1;
 	int64		purged = 0;
-	int32		batches = 0;
 	IdemStore	store;
 
 	idem_arg_not_null(fcinfo, 0, "batch_size");
@@ -54,6 +54,8 @@ idem_purge(PG_FUNCTION_ARGS)
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	for (size_t t = 0; t < lengthof(purge_statements); t++)
 	{
+		int32		batches = 0;
+
 		for (;;)
 		{
 			Datum		args[2] = {
@@ -73,5 +75,6 @@ idem_purge(PG_FUNCTION_ARGS)
 		}
 	}
 	idem_store_close(&store);
+	idem_count_add(IDEM_COUNT_PURGED, (uint64) purged);
 	PG_RETURN_INT64(purged);
 }

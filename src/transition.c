@@ -388,5 +388,8 @@ idem_transition(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	table_close(rel, NoLock);
+	idem_count(outcome[0] == 'a' && outcome[1] == 'p' ? IDEM_COUNT_TRANSITION_APPLIED :
+			   outcome[0] == 'a' ? IDEM_COUNT_TRANSITION_ALREADY :
+			   IDEM_COUNT_TRANSITION_REJECTED);
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
 }
