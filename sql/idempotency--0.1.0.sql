@@ -213,8 +213,8 @@ FROM PUBLIC;
 /*
  * The consumer inbox: one narrow row per accepted message, kept for its
  * retention and removed by idem_purge; and one watermark row per ordered
- * stream, never purged.  Rows are only inserted and deleted, so the BRIN
- * index that lets idem_purge find expired rows costs a few pages.
+ * stream, never purged.  Rows are inserted in time order and deleted by
+ * idem_purge, so a BRIN index of a few pages finds the expired ones.
  */
 CREATE TABLE @extschema@.idem_inbox (
     consumer   text COLLATE pg_catalog."C" NOT NULL,

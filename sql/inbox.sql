@@ -11,9 +11,10 @@
 -- Errors: 22004 a NULL where a value is required, 22023 an empty name, a
 -- non-positive retention, a negative sequence number, a non-positive batch
 -- size or batch count, 22001 a name longer than idempotency.max_key_length,
--- 22003 a (major, minor) pair out of range.  After each failing call the
--- test shows that nothing was written.  Expiry times are never printed: only
--- whether a row is past its expiry, or roughly how long it has left.
+-- 22003 a (major, minor) pair out of range, 22008 a retention that ends past
+-- the largest timestamp.  After each failing call the test shows that nothing
+-- was written.  Expiry times are never printed: only whether a row is past
+-- its expiry, or roughly how long it has left.
 --
 
 -- Errors are shown as "ERROR:  <SQLSTATE>: <message>" with DETAIL and HINT.
@@ -124,6 +125,7 @@ SELECT idem_inbox_accept('ib-' || repeat('c', 252), 'm-new') AS accepted;
 SELECT octet_length(consumer) AS consumer_bytes, octet_length(message_id) AS id_bytes
 FROM idem_inbox WHERE consumer LIKE 'ib-%' AND octet_length(consumer) + octet_length(message_id) > 200
 ORDER BY 1, 2;
+DELETE FROM idem_inbox WHERE consumer LIKE 'ib-%' AND octet_length(consumer) + octet_length(message_id) > 200;
 -- a smaller limit
 SET idempotency.max_key_length = 10;
 SELECT pg_temp.save() AS saved;
@@ -140,6 +142,9 @@ TABLE unchanged;
 SELECT pg_temp.expect_error($$SELECT idem_inbox_accept('ib-a', 'm-new', '-1 hour')$$);
 TABLE unchanged;
 SELECT pg_temp.expect_error($$SELECT idem_inbox_accept('ib-a', 'm-new', '1 day -25 hours')$$);
+TABLE unchanged;
+-- an expiry past the largest timestamp
+SELECT pg_temp.expect_error($$SELECT idem_inbox_accept('ib-a', 'm-new', '1000000 years')$$);
 TABLE unchanged;
 -- the errors come before anything is looked at: also for a duplicate
 SELECT pg_temp.expect_error($$SELECT idem_inbox_accept('ib-a', 'm-1', '-1 hour')$$);
@@ -221,6 +226,7 @@ TABLE unchanged;
 SELECT pg_temp.expect_error($$SELECT idem_inbox_accept_seq('ib-a', 'orders', 22, NULL)$$);
 TABLE unchanged;
 SELECT idem_inbox_accept_seq('ib-a', repeat('s', 255), 22) AS outcome;
+DELETE FROM idem_inbox_streams WHERE consumer = 'ib-a' AND octet_length(stream) = 255;
 
 --
 -- idem_inbox_seq(major, minor) and the (major, minor) overload
@@ -372,20 +378,26 @@ SELECT idem_purge(1) AS purged;
 SELECT (SELECT count(*) FROM idem_inbox WHERE consumer = 'ib-q') AS messages,
        (SELECT count(*) FROM idempotency_records WHERE key LIKE 'ib-batch-%') AS records;
 
--- max_batches bounds the number of batches: five expired finished records
+-- max_batches bounds the number of batches per table: five expired finished
+-- records and five expired messages
 DO $$
 BEGIN
     FOR i IN 1..5 LOOP
         PERFORM idem_claim('ib-m' || i, '\x01', '1 hour', retention => '100 ms');
         PERFORM idem_complete('ib-m' || i, 1);
+        PERFORM idem_inbox_accept('ib-m', 'm-' || i, '100 ms');
     END LOOP;
 END
 $$;
 SELECT pg_sleep(0.3);
+\set remaining 'SELECT (SELECT count(*) FROM idempotency_records WHERE key LIKE \'ib-m%\') AS records, (SELECT count(*) FROM idem_inbox WHERE consumer = \'ib-m\') AS messages'
 SELECT idem_purge(2, 1) AS purged;
+:remaining;
 SELECT idem_purge(1, 2) AS purged;
+:remaining;
 SELECT idem_purge(2, 1) AS purged;
-SELECT key FROM idempotency_records WHERE key LIKE 'ib-m%';
+:remaining;
+SELECT idem_purge(2, 1) AS purged;
 
 -- A purged record is absent: the next claim of its key is new, with token 1.
 SELECT outcome, token, status, attempts, result FROM idem_claim('ib-succeeded', '\x02', '1 hour');

@@ -103,6 +103,7 @@ typedef enum IdemStatement
 	STMT_RESOLVE,
 	STMT_INBOX_INSERT,			/* $1 consumer, $2 message, $3 expiry */
 	STMT_INBOX_REVIVE,			/* same, $4 now: an expired message again */
+	STMT_INBOX_EXISTS,			/* $1 consumer, $2 message */
 	STMT_STREAM_ADVANCE,		/* $1 consumer, $2 stream, $3 seq, $4 now */
 	STMT_STREAM_LOCK,			/* $1 consumer, $2 stream */
 	STMT_STREAM_INSERT,			/* $1 consumer, $2 stream, $3 seq, $4 now */

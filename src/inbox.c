@@ -25,6 +25,8 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -33,7 +35,7 @@
 PG_FUNCTION_INFO_V1(idem_inbox_accept);
 PG_FUNCTION_INFO_V1(idem_inbox_accept_seq);
 
-/* Rounds of the watermark's read-then-write; each needs a concurrent change. */
+/* Rounds of read-then-write before 40001; each needs a concurrent change. */
 #define MAX_SEQ_ROUNDS 8
 
 Datum
@@ -55,17 +57,47 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	objects = idem_objects_current();
 
+	/*
+	 * The probe reads the index directly, so it first asks for the privilege
+	 * the INSERT needs: a caller without it learns nothing about messages in
+	 * flight, and gets the INSERT's permission error instead.
+	 */
 	if (!PG_GETARG_BOOL(3) &&
+		pg_class_aclcheck(objects->inbox, GetUserId(), ACL_INSERT) == ACLCHECK_OK &&
 		idem_store_insert_in_progress(objects->inbox, objects->inbox_pkey,
 									  consumer, message_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("message \"%s\" of consumer \"%s\" is being accepted by another transaction",
+				 errmsg("message \"%s\" of consumer \"%s\" is held by another transaction",
 						text_to_cstring(message_id), text_to_cstring(consumer)),
+				 errdetail("Another transaction is accepting it, or purging it."),
 				 errhint("Retry after that transaction ends, or call with wait => true to wait for it.")));
 
-	accepted = idem_store_exec(&store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL) ||
-		idem_store_exec(&store, STMT_INBOX_REVIVE, args, NULL, false, NULL, NULL);
+	/*
+	 * Not inserted: the message is there, or it expired and this call revives
+	 * it.  When the row vanished in between (a purge committed), insert again.
+	 */
+	for (int round = 0;; round++)
+	{
+		if (idem_store_exec(&store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL) ||
+			idem_store_exec(&store, STMT_INBOX_REVIVE, args, NULL, false, NULL, NULL))
+		{
+			accepted = true;
+			break;
+		}
+		if (idem_store_exec(&store, STMT_INBOX_EXISTS, args, NULL, false, NULL, NULL))
+		{
+			accepted = false;	/* a live duplicate */
+			break;
+		}
+		if (round == MAX_SEQ_ROUNDS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not accept message \"%s\" because of concurrent changes",
+							text_to_cstring(message_id)),
+					 errhint("Retry the transaction.")));
+		/* purged since the INSERT looked: insert again */
+	}
 	idem_store_close(&store);
 	idem_count(accepted ? IDEM_COUNT_INBOX_ACCEPTED : IDEM_COUNT_INBOX_DUPLICATE);
 	PG_RETURN_BOOL(accepted);

@@ -182,6 +182,10 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"AND expires_at OPERATOR(pg_catalog.<=) $4",
 		4, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
+	[STMT_INBOX_EXISTS] = {
+		"SELECT 1 FROM @S@.idem_inbox WHERE consumer" EQ "$1 AND message_id" EQ "$2",
+		2, {TEXTOID, TEXTOID}
+	},
 	/* the common case, seq = watermark + 1, in one statement */
 	[STMT_STREAM_ADVANCE] = {
 		"UPDATE @S@.idem_inbox_streams SET watermark = $3, updated_at = $4 "

@@ -6,7 +6,8 @@
  *
  * Only with the library in shared_preload_libraries.  A launcher (a static
  * background worker, restarted by the postmaster if it crashes) connects to
- * no database.  Every interval it starts, one database at a time, a short
+ * no database, and shows in pg_stat_activity as "idempotency purge
+ * launcher".  Every interval it starts, one database at a time, a short
  * dynamic worker that connects to that database, calls idem_purge in
  * transactions of one batch per table until nothing expired is left, and
  * exits.  A database without the extension is skipped quietly.  The launcher
@@ -51,7 +52,7 @@ idem_worker_preload(void)
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 10;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
@@ -92,21 +93,6 @@ run_purge(const char *dbname)
 	(void) WaitForBackgroundWorkerShutdown(handle);
 }
 
-/*
- * The postmaster tells the launcher with SIGUSR1 that a purge run started or
- * ended (bgw_notify_pid).  A worker without a database connection ignores
- * SIGUSR1 by default, which would leave WaitForBackgroundWorkerShutdown
- * asleep forever.
- */
-static void
-launcher_sigusr1(SIGNAL_ARGS)
-{
-	int			save_errno = errno;
-
-	SetLatch(MyLatch);
-	errno = save_errno;
-}
-
 void
 idem_launcher_main(Datum arg)
 {
@@ -114,8 +100,15 @@ idem_launcher_main(Datum arg)
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
-	pqsignal(SIGUSR1, launcher_sigusr1);
 	BackgroundWorkerUnblockSignals();
+
+	/*
+	 * Connected to no database, like the logical replication launcher: it
+	 * reads no table, but shows in pg_stat_activity, and the postmaster's
+	 * SIGUSR1 about its purge runs reaches it (a worker without a connection
+	 * ignores SIGUSR1, and would wait for a run's end forever).
+	 */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	ereport(LOG, (errmsg("idempotency purge launcher started")));
 
