@@ -42,6 +42,19 @@ COMMENT ON TABLE @extschema@.idempotency_records IS
 -- Records are application data: pg_dump must keep them.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_records', '');
 
+/*
+ * The token epoch: bumped by every idem_purge of records, read by every new
+ * claim, so that the first token of a key claimed again after a purge is
+ * larger than any token issued for it before (tokens never go backwards).
+ */
+CREATE SEQUENCE @extschema@.idem_token_epoch AS bigint MINVALUE 1 START WITH 1
+    MAXVALUE 2147483647;
+
+COMMENT ON SEQUENCE @extschema@.idem_token_epoch IS
+    'counts purges of records; new keys get tokens from epoch * 2^32 + 1';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_token_epoch', '');
+
 /* Fingerprints: SHA-256 computed in the server. */
 
 CREATE FUNCTION @extschema@.idem_fingerprint(request jsonb)
@@ -198,6 +211,8 @@ COMMENT ON VIEW @extschema@.idem_summary IS
  * (see the README's "Privileges" section).
  */
 REVOKE ALL ON TABLE @extschema@.idempotency_records FROM PUBLIC;
+-- every claimant reads the epoch; only purging moves it
+GRANT SELECT ON SEQUENCE @extschema@.idem_token_epoch TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_claim(text, bytea, interval, text, interval, boolean),
     @extschema@.idem_complete(text, bigint, jsonb, integer, text),

@@ -57,6 +57,7 @@ $$;
 
 -- Expired rows other tests left behind would be counted by idem_purge below.
 SELECT idem_purge() >= 0 AS earlier_expired_rows_purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 
 --
 -- idem_inbox_accept(consumer, message_id, retention, wait)
@@ -351,6 +352,7 @@ SELECT count(*) AS streams FROM idem_inbox_streams WHERE consumer LIKE 'ib-%';
 
 -- The purge returns how many rows went: three records and three messages
 SELECT idem_purge() AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 SELECT key, status, pg_temp.left(expires_at) AS left FROM idempotency_records
 WHERE key LIKE 'ib-%' ORDER BY key;
 :inbox;
@@ -358,7 +360,9 @@ WHERE key LIKE 'ib-%' ORDER BY key;
 SELECT count(*) AS streams FROM idem_inbox_streams WHERE consumer LIKE 'ib-%';
 -- nothing left to purge
 SELECT idem_purge() AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 SELECT idem_purge(1, 1) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 
 -- batch_size 1 without max_batches goes on until nothing is left:
 -- three messages and three records, expired
@@ -375,6 +379,7 @@ SELECT (SELECT count(*) FROM idem_inbox WHERE consumer = 'ib-q') AS messages,
        (SELECT count(*) FROM idempotency_records WHERE key LIKE 'ib-batch-%') AS records;
 SELECT pg_sleep(0.3);
 SELECT idem_purge(1) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 SELECT (SELECT count(*) FROM idem_inbox WHERE consumer = 'ib-q') AS messages,
        (SELECT count(*) FROM idempotency_records WHERE key LIKE 'ib-batch-%') AS records;
 
@@ -392,12 +397,16 @@ $$;
 SELECT pg_sleep(0.3);
 \set remaining 'SELECT (SELECT count(*) FROM idempotency_records WHERE key LIKE \'ib-m%\') AS records, (SELECT count(*) FROM idem_inbox WHERE consumer = \'ib-m\') AS messages'
 SELECT idem_purge(2, 1) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 :remaining;
 SELECT idem_purge(1, 2) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 :remaining;
 SELECT idem_purge(2, 1) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 :remaining;
 SELECT idem_purge(2, 1) AS purged;
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later tokens at 1
 
 -- A purged record is absent: the next claim of its key is new, with token 1.
 SELECT outcome, token, status, attempts, result FROM idem_claim('ib-succeeded', '\x02', '1 hour');
@@ -408,3 +417,5 @@ SELECT idem_inbox_accept('ib-p', 'old-1') AS accepted;
 DELETE FROM idem_inbox WHERE consumer LIKE 'ib-%';
 DELETE FROM idem_inbox_streams WHERE consumer LIKE 'ib-%';
 DELETE FROM idempotency_records WHERE key LIKE 'ib-%';
+-- purges bumped the token epoch; later tests expect fresh keys at token 1
+SELECT setval('idem_token_epoch', 1, false);

@@ -144,7 +144,7 @@ classify(IdemRecord *rec, bytea *fingerprint, TimestampTz now,
 
 /* The record STMT_INSERT has just written, without reading it back. */
 static void
-new_record(IdemRecord *rec, text *scope, text *key, bytea *fingerprint,
+new_record(IdemRecord *rec, text *scope, text *key, bytea *fingerprint, int64 token,
 		   TimestampTz lease_expires_at, TimestampTz now, TimestampTz expires_at)
 {
 	memset(rec->nulls, true, sizeof(rec->nulls));
@@ -152,7 +152,7 @@ new_record(IdemRecord *rec, text *scope, text *key, bytea *fingerprint,
 	SET_COLUMN(COL_SCOPE, PointerGetDatum(scope));
 	SET_COLUMN(COL_KEY, PointerGetDatum(key));
 	SET_COLUMN(COL_FINGERPRINT, PointerGetDatum(fingerprint));
-	SET_COLUMN(COL_TOKEN, Int64GetDatum(1));
+	SET_COLUMN(COL_TOKEN, Int64GetDatum(token));
 	SET_COLUMN(COL_LEASE_EXPIRES_AT, TimestampTzGetDatum(lease_expires_at));
 	SET_COLUMN(COL_CREATED_AT, TimestampTzGetDatum(now));
 	SET_COLUMN(COL_UPDATED_AT, TimestampTzGetDatum(now));
@@ -286,6 +286,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		wait;
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	Datum		new_args[6];
+	Datum		token;
 	IdemStore	store;
 	IdemRecord	rec;
 	ClaimOutcome outcome = OUTCOME_IN_PROGRESS;
@@ -321,9 +322,10 @@ idem_claim(PG_FUNCTION_ARGS)
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
-			if (idem_store_exec(&store, STMT_INSERT, new_args, NULL, false, NULL, caller_cxt))
+			if (idem_store_exec_scalar(&store, STMT_INSERT, new_args, NULL, &token))
 			{
-				new_record(&rec, scope, key, fingerprint, lease_expires_at, now, expires_at);
+				new_record(&rec, scope, key, fingerprint, DatumGetInt64(token),
+						   lease_expires_at, now, expires_at);
 				outcome = OUTCOME_NEW;
 				break;
 			}

@@ -12,6 +12,8 @@
  * purge holds the row waits for the purge and then finds the key absent.
  * Records that may stand for work with effects (processing, unknown) are
  * never purged, whatever their expiry.  Inbox watermarks are never purged.
+ * Before purging records it bumps the token epoch, so that a key claimed
+ * again after its record went gets tokens no earlier owner ever held.
  *
  *-------------------------------------------------------------------------
  */
@@ -65,6 +67,13 @@ idem_purge(PG_FUNCTION_ARGS)
 
 			if (max_batches >= 0 && batches >= max_batches)
 				break;
+			if (purge_statements[t] == STMT_PURGE_RECORDS && batches == 0)
+			{
+				Datum		epoch;
+
+				/* before any record goes: see STMT_INSERT */
+				idem_store_exec_scalar(&store, STMT_PURGE_EPOCH, NULL, NULL, &epoch);
+			}
 			idem_store_exec(&store, purge_statements[t], args, NULL, false, NULL, NULL);
 			deleted = idem_store_processed();
 			purged += deleted;

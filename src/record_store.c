@@ -91,12 +91,23 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"FOR NO KEY UPDATE SKIP LOCKED",
 		2, {TEXTOID, TEXTOID}
 	},
-	/* $3 fingerprint, $4 lease expiry, $5 now, $6 expiry */
+	/*
+	 * $3 fingerprint, $4 lease expiry, $5 now, $6 expiry.  The first token is
+	 * epoch * 2^32 + 1, where the epoch counts purges (idem_token_epoch): a
+	 * key that a purge removed starts above every token issued for it before,
+	 * so an owner stalled for longer than the retention is still fenced off.
+	 * Until the first purge the epoch is 0 and tokens start at 1.  The
+	 * sequence is bumped before the purge deletes, and is not transactional,
+	 * so a statement that sees a key gone also sees the new epoch.
+	 */
 	[STMT_INSERT] = {
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
 		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
-		"VALUES ($1, $2, $3, 1, $4, $5, $5, $6, 'processing', 1) "
-		"ON CONFLICT (scope, key) DO NOTHING",
+		"SELECT $1, $2, $3, "
+		"((CASE WHEN e.is_called THEN e.last_value ELSE 0 END) OPERATOR(pg_catalog.<<) 32) "
+		"OPERATOR(pg_catalog.+) 1, $4, $5, $5, $6, 'processing', 1 "
+		"FROM @S@.idem_token_epoch e "
+		"ON CONFLICT (scope, key) DO NOTHING RETURNING token",
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/*
@@ -214,6 +225,10 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	 * accept holds, and delete exactly those.  Work that may have had effects
 	 * (processing, unknown) is never purged.
 	 */
+	[STMT_PURGE_EPOCH] = {
+		"SELECT pg_catalog.nextval('@S@.idem_token_epoch'::pg_catalog.regclass)",
+		0, {InvalidOid}
+	},
 	[STMT_PURGE_RECORDS] = {
 		"DELETE FROM @S@.idempotency_records WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 		"SELECT ctid FROM @S@.idempotency_records "

@@ -7,7 +7,7 @@
 -- rolled back.  Nothing here depends on timing beyond sleeping past a short
 -- retention.
 BEGIN;
-SELECT plan(82);
+SELECT plan(83);
 
 -- Expired rows committed by others would be counted by the purges below.
 SELECT ok(idem_purge() >= 0, 'expired rows left by others are purged first (rolled back at the end)');
@@ -112,8 +112,10 @@ SELECT is(idem_inbox_accept('it.billing', 'a'), true,
 DO $$
 BEGIN
     FOR i IN 1..5 LOOP
-        PERFORM idem_claim('it.p' || i, '\xaa'::bytea, '1 hour', retention => '50 ms');
-        PERFORM idem_complete('it.p' || i, 1, '{}');
+        PERFORM idem_complete('it.p' || i,
+                              (SELECT c.token FROM idem_claim('it.p' || i, '\xaa'::bytea, '1 hour',
+                                                               retention => '50 ms') c),
+                              '{}');
     END LOOP;
 END
 $$;
@@ -137,8 +139,10 @@ SELECT is(idem_purge(2, 1), 0::bigint, 'then 0: done');
 DO $$
 BEGIN
     FOR i IN 1..3 LOOP
-        PERFORM idem_claim('it.q' || i, '\xaa'::bytea, '1 hour', retention => '50 ms');
-        PERFORM idem_complete('it.q' || i, 1, '{}');
+        PERFORM idem_complete('it.q' || i,
+                              (SELECT c.token FROM idem_claim('it.q' || i, '\xaa'::bytea, '1 hour',
+                                                               retention => '50 ms') c),
+                              '{}');
         PERFORM idem_inbox_accept('it.q', 'm-' || i, '50 ms');
     END LOOP;
 END
@@ -163,10 +167,12 @@ SELECT is(idem_purge(2), 0::bigint, 'and a second purge finds nothing');
 SELECT is(idem_inbox_accept('it.purge', 'old-3'), true, 'a purged message is new again');
 SELECT is(idem_inbox_watermark('it.shop', 'ledger'), 2::bigint, 'watermarks survive purges');
 
--- a purged record starts afresh ---------------------------------------------------------------------
+-- a purged record starts afresh, above every token issued before -----------------------------------
 -- it.gone and it.kept go through the same history (an owner whose lease
 -- expired, a takeover with token 2, completion, retention over); only
--- it.gone is purged before the key is claimed again.
+-- it.gone is purged before the key is claimed again.  The purges above moved
+-- the token epoch; start from epoch 0 so that the first tokens are 1.
+SELECT setval('idem_token_epoch', 1, false);
 SELECT is((SELECT outcome FROM idem_claim('it.gone', '\xaa'::bytea, '50 ms', retention => '50 ms')), 'new',
           'it.gone: claimed with token 1 and a 50 ms lease');
 SELECT pg_sleep(0.1);
@@ -178,8 +184,11 @@ SELECT is(idem_purge(), 1::bigint, 'the purge removes it.gone');
 SELECT is((SELECT count(*) FROM idempotency_records WHERE key = 'it.gone'), 0::bigint, 'it.gone is absent');
 SELECT results_eq(
     $$SELECT outcome, token, status::text, attempts, result FROM idem_claim('it.gone', '\xbb'::bytea, '1 hour')$$,
-    $$VALUES ('new', 1::bigint, 'processing', 1, NULL::jsonb)$$,
-    'a later claim of the purged key is new, with token 1 and no trace of the old result');
+    $$VALUES ('new', 4294967297::bigint, 'processing', 1, NULL::jsonb)$$,
+    'a later claim of the purged key is new, with a token above all earlier ones (2^32 + 1), and no trace of the old result');
+SELECT throws_ok($$SELECT idem_complete('it.gone', 1, '{"zombie": true}')$$, 'IK002', NULL,
+                 'the first owner, stalled through the purge, cannot complete the new owner''s work');
+SELECT setval('idem_token_epoch', 1, false);
 SELECT is((SELECT outcome FROM idem_claim('it.kept', '\xaa'::bytea, '50 ms', retention => '50 ms')), 'new',
           'it.kept: claimed with token 1 and a 50 ms lease');
 SELECT pg_sleep(0.1);
@@ -223,6 +232,7 @@ SELECT is((SELECT count(*) FROM idem_inbox_streams WHERE consumer = 'it.priv'), 
 -- with the table privileges the functions use, the same role can
 GRANT SELECT, INSERT, UPDATE ON idem_inbox, idem_inbox_streams TO regress_idem_inbox_exec;
 GRANT SELECT, UPDATE, DELETE ON idem_inbox, idempotency_records TO regress_idem_inbox_exec;
+GRANT USAGE ON SEQUENCE idem_token_epoch TO regress_idem_inbox_exec;
 SET LOCAL ROLE regress_idem_inbox_exec;
 SELECT results_eq($$SELECT idem_inbox_accept('it.priv', 'm-1'), idem_inbox_accept('it.priv', 'm-1', wait => false)$$,
                   $$VALUES (true, false)$$, 'granted SELECT, INSERT, UPDATE on idem_inbox: accept works');
@@ -233,5 +243,7 @@ SELECT is(idem_inbox_watermark('it.priv', 's'), 1::bigint, 'and idem_inbox_water
 SELECT is(idem_purge(), 0::bigint, 'granted SELECT, UPDATE, DELETE on both tables: idem_purge works');
 RESET ROLE;
 
+-- purges bumped the token epoch (not transactional); later files expect token 1
+SELECT setval('idem_token_epoch', 1, false);
 SELECT * FROM finish();
 ROLLBACK;

@@ -23,14 +23,17 @@ $node->safe_psql('postgres', 'CREATE DATABASE second');
 $node->safe_psql('second', 'CREATE EXTENSION idempotency');
 
 # expired: finished, with a short retention; kept: unfinished or unknown
+# (tokens come from the claims: after a purge, new keys start above 2^32)
 my $setup = q{
-	SELECT idem_claim('done', '\x01', '1 hour', retention => '50 ms');
-	SELECT idem_complete('done', 1);
-	SELECT idem_claim('failed', '\x01', '1 hour', retention => '50 ms');
-	SELECT idem_fail('failed', 1, '{"e": 1}', retryable => false);
+	SELECT idem_complete('done',
+		(SELECT token FROM idem_claim('done', '\x01', '1 hour', retention => '50 ms')));
+	SELECT idem_fail('failed',
+		(SELECT token FROM idem_claim('failed', '\x01', '1 hour', retention => '50 ms')),
+		'{"e": 1}', retryable => false);
 	SELECT idem_claim('running', '\x01', '1 hour', retention => '50 ms');
-	SELECT idem_claim('unsure', '\x01', '1 hour', retention => '50 ms');
-	SELECT idem_mark_unknown('unsure', 1, '{"timeout": true}');
+	SELECT idem_mark_unknown('unsure',
+		(SELECT token FROM idem_claim('unsure', '\x01', '1 hour', retention => '50 ms')),
+		'{"timeout": true}');
 	SELECT idem_inbox_accept('consumer', 'message', '50 ms');
 	SELECT idem_inbox_accept_seq('consumer', 'stream', 7);
 };
@@ -85,8 +88,8 @@ ok( $node->poll_query_until('postgres', qq{
 		WHERE backend_type = 'idempotency purge launcher'}),
 	'the postmaster restarts the launcher after it crashed');
 $node->safe_psql('postgres', q{
-	SELECT idem_claim('after-crash', '\x01', '1 hour', retention => '50 ms');
-	SELECT idem_complete('after-crash', 1);
+	SELECT idem_complete('after-crash',
+		(SELECT token FROM idem_claim('after-crash', '\x01', '1 hour', retention => '50 ms')));
 });
 ok( $node->poll_query_until('postgres',
 		q{SELECT count(*) = 0 FROM idempotency_records WHERE key = 'after-crash'}),
