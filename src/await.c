@@ -5,8 +5,10 @@
  *
  * A service that receives a duplicate while the first request is still
  * processing can wait for the first one's result instead of answering 409.
- * idem_await re-reads the record until it leaves 'processing' (or is gone,
- * or released) or the timeout passes, and returns it as idem_lookup would.
+ * idem_await re-reads the record until no owner is at work on it any more
+ * (it finished, was released, is gone, or its lease expired: then claim it)
+ * or the timeout passes, and returns it as idem_lookup would, except for the
+ * fencing token, which only owners learn.
  *
  * Waiting holds no lock an owner needs: each read is a plain snapshot read,
  * the only lock is the AccessShareLock every reader of the table holds.
@@ -25,6 +27,8 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -36,11 +40,17 @@ PG_FUNCTION_INFO_V1(idem_await);
 #define AWAIT_FIRST_SLEEP_MS	1
 #define AWAIT_MAX_SLEEP_MS		100
 
+/*
+ * Is an owner still at work?  A released record is done with, and an
+ * abandoned one (lease expired) will not finish by itself: the caller should
+ * claim it (a takeover) rather than wait.
+ */
 static bool
-still_processing(IdemRecord *rec)
+owner_at_work(IdemRecord *rec)
 {
 	return rec->found && rec->status == IDEM_PROCESSING &&
-		!rec->nulls[COL_LEASE_EXPIRES_AT];	/* a released record is done */
+		!rec->nulls[COL_LEASE_EXPIRES_AT] &&
+		DatumGetTimestampTz(rec->values[COL_LEASE_EXPIRES_AT]) > GetCurrentTimestamp();
 }
 
 Datum
@@ -62,10 +72,16 @@ idem_await(PG_FUNCTION_ARGS)
 		Interval   *timeout = PG_GETARG_INTERVAL_P(2);
 
 		/* a zero timeout is a plain read; a negative one is an error */
-		if (timeout->month == 0 && timeout->day == 0 && timeout->time == 0)
-			deadline = now;
-		else
-			deadline = idem_add_interval(now, timeout, "timeout");
+		deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														   TimestampTzGetDatum(now),
+														   IntervalPGetDatum(timeout)));
+		if (deadline < now)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("timeout must not be negative"),
+					 errdetail("The interval given was \"%s\".",
+							   DatumGetCString(DirectFunctionCall1(interval_out,
+																   IntervalPGetDatum(timeout))))));
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -78,7 +94,7 @@ idem_await(PG_FUNCTION_ARGS)
 
 		MemoryContextReset(round_cxt);
 		idem_store_fetch(&store, scope, key, true, &rec, round_cxt);
-		if (!still_processing(&rec) || IsolationUsesXactSnapshot())
+		if (!owner_at_work(&rec) || IsolationUsesXactSnapshot())
 			break;
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (remaining_ms <= 0)
@@ -94,6 +110,9 @@ idem_await(PG_FUNCTION_ARGS)
 	if (rec.found)
 	{
 		MemoryContext old = MemoryContextSwitchTo(caller_cxt);
+
+		/* a waiter is no owner: it does not learn the fencing token */
+		rec.nulls[COL_TOKEN] = true;
 
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rec.values, rec.nulls);
 		MemoryContextSwitchTo(old);

@@ -108,7 +108,6 @@ typedef enum IdemStatement
 	STMT_STREAM_LOCK,			/* $1 consumer, $2 stream */
 	STMT_STREAM_INSERT,			/* $1 consumer, $2 stream, $3 seq, $4 now */
 	STMT_STREAM_SET,			/* $1 consumer, $2 stream, $3 seq, $4 now */
-	STMT_PURGE_EPOCH,			/* the next token epoch, before a records purge */
 	STMT_PURGE_RECORDS,			/* $1 now, $2 batch size */
 	STMT_PURGE_INBOX,			/* $1 now, $2 batch size */
 	IDEM_NUM_STATEMENTS

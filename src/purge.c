@@ -4,7 +4,7 @@
  *		idem_purge(): remove what retention no longer keeps.
  *
  * One mechanism for every table with an expires_at column: finished records
- * (succeeded, failed) and inbox messages, each purged in at most max_batches
+ * (succeeded, failed, or released before any effect) and inbox messages, each purged in at most max_batches
  * batches per call.  Each batch locks up to batch_size
  * expired rows with FOR UPDATE SKIP LOCKED and deletes exactly those, so a
  * purge never waits for, nor blocks, a claim or an accept that holds a row:
@@ -12,8 +12,8 @@
  * purge holds the row waits for the purge and then finds the key absent.
  * Records that may stand for work with effects (processing, unknown) are
  * never purged, whatever their expiry.  Inbox watermarks are never purged.
- * Before purging records it bumps the token epoch, so that a key claimed
- * again after its record went gets tokens no earlier owner ever held.
+ * A batch that deletes records first advances the token epoch, so that a
+ * key claimed again after its record went gets tokens no earlier owner held.
  *
  *-------------------------------------------------------------------------
  */
@@ -67,13 +67,6 @@ idem_purge(PG_FUNCTION_ARGS)
 
 			if (max_batches >= 0 && batches >= max_batches)
 				break;
-			if (purge_statements[t] == STMT_PURGE_RECORDS && batches == 0)
-			{
-				Datum		epoch;
-
-				/* before any record goes: see STMT_INSERT */
-				idem_store_exec_scalar(&store, STMT_PURGE_EPOCH, NULL, NULL, &epoch);
-			}
 			idem_store_exec(&store, purge_statements[t], args, NULL, false, NULL, NULL);
 			deleted = idem_store_processed();
 			purged += deleted;

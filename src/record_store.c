@@ -225,16 +225,24 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	 * accept holds, and delete exactly those.  Work that may have had effects
 	 * (processing, unknown) is never purged.
 	 */
-	[STMT_PURGE_EPOCH] = {
-		"SELECT pg_catalog.nextval('@S@.idem_token_epoch'::pg_catalog.regclass)",
-		0, {InvalidOid}
-	},
+	/*
+	 * Records: finished ones, and released ones (given up before any
+	 * effect), past their expiry.  The statement advances the token epoch
+	 * (see STMT_INSERT) when, and only when, it has rows to delete; the
+	 * sequence is not transactional, so the new epoch is visible before the
+	 * deletion is.
+	 */
 	[STMT_PURGE_RECORDS] = {
-		"DELETE FROM @S@.idempotency_records WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"SELECT ctid FROM @S@.idempotency_records "
+		"WITH doomed AS (SELECT ctid FROM @S@.idempotency_records "
 		"WHERE expires_at OPERATOR(pg_catalog.<=) $1 "
-		"AND status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}') "
-		"LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		"AND (status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}') "
+		"OR (status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NULL)) "
+		"LIMIT $2 FOR UPDATE SKIP LOCKED), "
+		"epoch AS (SELECT pg_catalog.nextval('@S@.idem_token_epoch'::pg_catalog.regclass) "
+		"FROM (SELECT FROM doomed LIMIT 1) any_doomed) "
+		"DELETE FROM @S@.idempotency_records "
+		"WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM doomed)) "
+		"AND EXISTS (SELECT FROM epoch)",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
 	[STMT_PURGE_INBOX] = {
