@@ -196,7 +196,9 @@ CREATE VIEW @extschema@.idem_summary WITH (security_invoker = true) AS
 SELECT r.scope, r.status, pg_catalog.count(*) AS records,
        pg_catalog.min(r.created_at) AS oldest,
        pg_catalog.count(*) FILTER (WHERE r.expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
-                                    AND r.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}'))
+                                    AND (r.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}')
+                                         OR r.lease_expires_at IS NULL
+                                            AND r.status OPERATOR(pg_catalog.=) 'processing'))
            AS expired
 FROM @extschema@.idempotency_records r
 GROUP BY r.scope, r.status

@@ -7,12 +7,13 @@
 --                                      preload the library
 --   idem_await(key, scope => '', timeout => '5 seconds')
 --       the record once it is no longer processing (finished, unknown,
---       released), or gone, or as it is when the timeout passes; a zero
---       timeout is a plain read; under REPEATABLE READ it reads once
+--       released, or its lease expired), or gone, or as it is when the
+--       timeout passes, never with the token; a zero timeout is a plain
+--       read; under REPEATABLE READ it reads once
 --   idem_stuck     unknown outcomes and expired leases, oldest first
---   idem_summary   records by scope and status, with the expired finished ones
---   idem_purge     deletes succeeded and failed records past expires_at, never
---                  processing (live, abandoned or released) or unknown ones
+--   idem_summary   records by scope and status, with the purgeable ones
+--   idem_purge     deletes succeeded, failed and released records past
+--                  expires_at, never owned (live or abandoned) or unknown ones
 --
 -- Timestamps are never printed: leases show as live / expired / none, an
 -- await shows whether it waited (no / the timeout), ages and expiries as

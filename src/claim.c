@@ -285,8 +285,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	bool		retention_given = !PG_ARGISNULL(4);
 	bool		wait;
 	MemoryContext caller_cxt = CurrentMemoryContext;
-	Datum		new_args[6];
-	Datum		token;
+	Datum		new_args[7];
 	IdemStore	store;
 	IdemRecord	rec;
 	ClaimOutcome outcome = OUTCOME_IN_PROGRESS;
@@ -301,7 +300,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	idem_arg_not_null(fcinfo, 5, "wait");
 	wait = PG_GETARG_BOOL(5);
 
-	/* the arguments of STMT_INSERT and STMT_REUSE; the first two are by_key */
+	/* the arguments of STMT_INSERT ($7 set there) and STMT_REUSE; the first
+	 * two serve the key lookups */
 	new_args[0] = PointerGetDatum(scope);
 	new_args[1] = PointerGetDatum(key);
 	new_args[2] = PointerGetDatum(fingerprint);
@@ -315,6 +315,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	{
 		if (!idem_store_fetch(&store, scope, key, true, &rec, caller_cxt))
 		{
+			int64		token;
+
 			if (!wait && idem_store_insert_in_progress(idem_objects_current()->records,
 													   idem_objects_current()->records_pkey,
 													   scope, key))
@@ -322,9 +324,21 @@ idem_claim(PG_FUNCTION_ARGS)
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
-			if (idem_store_exec_scalar(&store, STMT_INSERT, new_args, NULL, &token))
+			token = idem_store_first_token();
+			new_args[6] = Int64GetDatum(token);
+			if (idem_store_exec(&store, STMT_INSERT, new_args, NULL, false, NULL, NULL))
 			{
-				new_record(&rec, scope, key, fingerprint, DatumGetInt64(token),
+				int64		later = idem_store_first_token();
+
+				if (later != token)
+				{
+					/* a purge advanced the epoch while we inserted: move up */
+					Datum		retoken[3] = {new_args[0], new_args[1], Int64GetDatum(later)};
+
+					idem_store_exec(&store, STMT_RETOKEN, retoken, NULL, false, NULL, NULL);
+					token = later;
+				}
+				new_record(&rec, scope, key, fingerprint, token,
 						   lease_expires_at, now, expires_at);
 				outcome = OUTCOME_NEW;
 				break;

@@ -82,6 +82,7 @@ objects_load(Oid fn_oid)
 	loaded.moves_pkey = relation_in(nsp, "idem_machine_moves_pkey");
 	loaded.inbox = relation_in(nsp, "idem_inbox");
 	loaded.inbox_pkey = relation_in(nsp, "idem_inbox_pkey");
+	loaded.token_epoch = relation_in(nsp, "idem_token_epoch");
 
 	loaded.enforce_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
 												  makeString("idem_enforce_transition")),

@@ -18,6 +18,7 @@
 
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/varlena.h"
 
 #include "idempotency.h"
 
@@ -38,6 +39,21 @@ int			idem_purge_batch_size = 10000;
 char	   *idem_purge_databases = NULL;
 
 void		_PG_init(void);
+
+/* idempotency.databases must parse as a list of names, as the launcher reads it. */
+static bool
+check_database_list(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(copy, ',', &names);
+
+	list_free(names);
+	pfree(copy);
+	if (!ok)
+		GUC_check_errdetail("List syntax is invalid.");
+	return ok;
+}
 
 void
 _PG_init(void)
@@ -97,7 +113,7 @@ _PG_init(void)
 							   "",
 							   PGC_SIGHUP,
 							   GUC_LIST_INPUT,
-							   NULL, NULL, NULL);
+							   check_database_list, NULL, NULL);
 
 	DefineCustomIntVariable("idempotency.purge_batch_size",
 							"Rows the purge worker deletes per table and transaction.",
@@ -118,7 +134,7 @@ _PG_init(void)
 		idem_worker_preload();
 	}
 	else if (idem_purge_databases[0] != '\0')
-		ereport(WARNING,
+		ereport(LOG,
 				(errmsg("idempotency.databases is set, but no purge worker runs"),
 				 errdetail("The purge worker starts only when the server loads the library at start."),
 				 errhint("Add idempotency to shared_preload_libraries and restart the server, or purge with pg_cron.")));

@@ -93,6 +93,7 @@ typedef enum IdemStatement
 	STMT_SELECT_FOR_UPDATE,		/* same, waiting for row locks */
 	STMT_SELECT_SKIP_LOCKED,	/* same, skipping a locked row */
 	STMT_INSERT,				/* new record unless the key exists */
+	STMT_RETOKEN,				/* move a new record to a later token epoch */
 	STMT_REUSE,					/* an absent-equivalent row becomes new */
 	STMT_TAKEOVER,				/* next owner of an abandoned/failed row */
 	STMT_COMPLETE,
@@ -126,6 +127,7 @@ typedef struct IdemObjects
 	Oid			moves_pkey;
 	Oid			inbox;			/* idem_inbox and its primary key */
 	Oid			inbox_pkey;
+	Oid			token_epoch;	/* the sequence idem_token_epoch */
 	Oid			enforce_fn;		/* idem_enforce_transition() */
 	Oid			status_type;	/* idem_status and its labels */
 	Oid			status_labels[IDEM_NUM_STATUSES];
@@ -155,6 +157,7 @@ extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 							 MemoryContext copy_to);
 extern bool idem_store_insert_in_progress(Oid heap, Oid index, text *key1, text *key2);
 extern uint64 idem_store_processed(void);
+extern int64 idem_store_first_token(void);
 extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
 								   const char *nulls, Datum *value);
 extern Datum idem_status_datum(IdemStatus status);

@@ -164,6 +164,9 @@ idem_inbox_accept_seq(PG_FUNCTION_ARGS)
 		}
 	}
 	idem_store_close(&store);
-	idem_count(outcome[0] == 'd' ? IDEM_COUNT_INBOX_DUPLICATE : IDEM_COUNT_INBOX_ACCEPTED);
+	if (outcome[0] == 'd')
+		idem_count(IDEM_COUNT_INBOX_DUPLICATE);
+	else if (outcome[0] == 'n' || accept_gap)
+		idem_count(IDEM_COUNT_INBOX_ACCEPTED);	/* a refused gap is neither */
 	PG_RETURN_TEXT_P(cstring_to_text(outcome));
 }

@@ -34,6 +34,7 @@
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "miscadmin.h"
@@ -92,23 +93,21 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		2, {TEXTOID, TEXTOID}
 	},
 	/*
-	 * $3 fingerprint, $4 lease expiry, $5 now, $6 expiry.  The first token is
-	 * epoch * 2^32 + 1, where the epoch counts purges (idem_token_epoch): a
-	 * key that a purge removed starts above every token issued for it before,
-	 * so an owner stalled for longer than the retention is still fenced off.
-	 * Until the first purge the epoch is 0 and tokens start at 1.  The
-	 * sequence is bumped before the purge deletes, and is not transactional,
-	 * so a statement that sees a key gone also sees the new epoch.
+	 * $3 fingerprint, $4 lease expiry, $5 now, $6 expiry, $7 first token
+	 * (see idem_store_first_token).
 	 */
 	[STMT_INSERT] = {
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
 		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
-		"SELECT $1, $2, $3, "
-		"((CASE WHEN e.is_called THEN e.last_value ELSE 0 END) OPERATOR(pg_catalog.<<) 32) "
-		"OPERATOR(pg_catalog.+) 1, $4, $5, $5, $6, 'processing', 1 "
-		"FROM @S@.idem_token_epoch e "
-		"ON CONFLICT (scope, key) DO NOTHING RETURNING token",
-		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		"VALUES ($1, $2, $3, $7, $4, $5, $5, $6, 'processing', 1) "
+		"ON CONFLICT (scope, key) DO NOTHING",
+		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT8OID}
+	},
+	/* $3 token: a new record of this transaction moves to a later epoch */
+	[STMT_RETOKEN] = {
+		"UPDATE @S@.idempotency_records SET token = $3" BY_KEY,
+		3, {TEXTOID, TEXTOID, INT8OID}
 	},
 	/*
 	 * Same arguments.  The old row goes and a new one comes in one statement:
@@ -572,4 +571,30 @@ uint64
 idem_store_processed(void)
 {
 	return SPI_processed;
+}
+
+/*
+ * The first token of a new record: epoch * 2^32 + 1.  The epoch counts the
+ * batches of idem_purge that deleted records (the sequence idem_token_epoch,
+ * advanced before the batch deletes anything, and not transactional), so a
+ * key claimed again after its record was purged starts above every token
+ * issued for it before: an owner stalled through the purge stays fenced
+ * off.  Until the first such purge the epoch is 0 and keys start at 1.
+ *
+ * The claim reads the epoch before its INSERT and again after it: the INSERT
+ * may have waited for a purge that deleted the key and advanced the epoch in
+ * between, and then the new record moves to the new epoch (it is this
+ * transaction's own, uncommitted row, so nobody has seen its token).
+ */
+int64
+idem_store_first_token(void)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		last;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = ObjectIdGetDatum(objects->token_epoch);
+	fcinfo->args[0].isnull = false;
+	last = pg_sequence_last_value(fcinfo);
+	return ((fcinfo->isnull ? 0 : DatumGetInt64(last)) << 32) + 1;
 }

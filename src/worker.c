@@ -14,10 +14,11 @@
  * waits for each run to end before it starts the next, so runs never
  * overlap.
  *
- * Both GUCs are PGC_SIGHUP: on SIGHUP the launcher reloads the configuration
- * and uses the new list and interval from its next wake-up; an interval of 0
- * pauses purging.  SIGTERM (smart or fast shutdown) ends the launcher
- * between runs, and a purge run is cancelled like any backend.
+ * The settings are PGC_SIGHUP: on SIGHUP the launcher reloads the
+ * configuration and uses the new list and interval at once; an interval of 0
+ * pauses purging.  SIGTERM (a shutdown, or pg_terminate_backend) ends the
+ * launcher after the current run; the postmaster starts it again unless the
+ * server is shutting down.  A purge run is cancelled like any backend.
  *
  *-------------------------------------------------------------------------
  */
@@ -146,6 +147,10 @@ idem_launcher_main(Datum arg)
 												   (int64) idem_purge_interval_s * 1000);
 		}
 
+		/* a signal that came during a run: its latch wake-up was used up */
+		if (ShutdownRequestPending || ConfigReloadPending)
+			continue;
+
 		sleep_ms = idem_purge_interval_s > 0
 			? Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next_run), 1)
 			: 60 * 1000;		/* paused: wake up only to notice a SIGHUP */
@@ -153,8 +158,13 @@ idem_launcher_main(Datum arg)
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+	/*
+	 * Exit code 1: the postmaster restarts the launcher after
+	 * bgw_restart_time, unless the server is shutting down.  Exit code 0
+	 * would unregister it for good, after a pg_terminate_backend too.
+	 */
 	ereport(LOG, (errmsg("idempotency purge launcher shutting down")));
-	proc_exit(0);
+	proc_exit(1);
 }
 
 /*

@@ -213,8 +213,8 @@ $$;
 SELECT results_eq(
     $$SELECT scope COLLATE "default", status::text, records, expired FROM idem_summary WHERE scope LIKE 'ot.%'$$,
     $$VALUES ('ot.s1', 'processing', 1::bigint, 0::bigint), ('ot.s1', 'succeeded', 2, 1), ('ot.s1', 'failed', 1, 1),
-             ('ot.s1', 'unknown', 1, 0), ('ot.s2', 'processing', 1, 0), ('ot.s2', 'failed', 1, 1)$$,
-    'idem_summary: records by scope and status; expired = finished and past expires_at');
+             ('ot.s1', 'unknown', 1, 0), ('ot.s2', 'processing', 1, 1), ('ot.s2', 'failed', 1, 1)$$,
+    'idem_summary: records by scope and status; expired = finished or released, and past expires_at');
 SELECT ok((SELECT bool_and(s.oldest = (SELECT min(created_at) FROM idempotency_records r
                                        WHERE r.scope = s.scope AND r.status = s.status))
            FROM idem_summary s WHERE scope LIKE 'ot.%'), 'oldest is the earliest created_at of the group');
