@@ -865,7 +865,7 @@ CREATE FUNCTION @extschema@.idem_transition(
     from_states text[] DEFAULT NULL,
     state_column name DEFAULT NULL)
 RETURNS text
-AS 'MODULE_PATHNAME', 'idem_transition'
+AS 'MODULE_PATHNAME', 'idem_transition_text'
 LANGUAGE C VOLATILE;
 
 CREATE FUNCTION @extschema@.idem_transition(
@@ -875,7 +875,7 @@ CREATE FUNCTION @extschema@.idem_transition(
     from_states text[] DEFAULT NULL,
     state_column name DEFAULT NULL)
 RETURNS text
-AS 'MODULE_PATHNAME', 'idem_transition'
+AS 'MODULE_PATHNAME', 'idem_transition_array'
 LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION @extschema@.idem_transition(regclass, text, text, text[], name) IS

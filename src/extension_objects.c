@@ -123,10 +123,13 @@ idem_objects(Oid fn_oid)
 	return &objects;
 }
 
-/* The objects last loaded; only for callers that loaded them this call. */
+/*
+ * The objects last loaded, for callers that loaded them earlier in this
+ * call: an invalidation since then may have marked them stale, but the OIDs
+ * of a running call's objects cannot change under it (it holds locks).
+ */
 const IdemObjects *
 idem_objects_current(void)
 {
-	Assert(objects_valid);
 	return &objects;
 }

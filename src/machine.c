@@ -131,12 +131,15 @@ text_array_to_cstrings(Datum array, char ***items, int *nitems)
 {
 	Datum	   *elems;
 	bool	   *nulls;
+	int			n;
 
 	deconstruct_array(DatumGetArrayTypeP(array), TEXTOID, -1, false, TYPALIGN_INT,
-					  &elems, &nulls, nitems);
-	*items = palloc(sizeof(char *) * Max(*nitems, 1));
-	for (int i = 0; i < *nitems; i++)
-		(*items)[i] = nulls[i] ? pstrdup("") : TextDatumGetCString(elems[i]);
+					  &elems, &nulls, &n);
+	*items = palloc(sizeof(char *) * Max(n, 1));
+	*nitems = 0;
+	for (int i = 0; i < n; i++)
+		if (!nulls[i])			/* idem_define_machine stores none; skip hand-made ones */
+			(*items)[(*nitems)++] = TextDatumGetCString(elems[i]);
 }
 
 /*
@@ -378,6 +381,14 @@ prepare_text_cast(TriggerState *state, Oid typid, MemoryContext cxt)
 		case COERCION_PATH_RELABELTYPE:
 			break;
 		case COERCION_PATH_FUNC:
+			if (get_func_nargs(funcid) == 1)
+			{
+				fmgr_info_cxt(funcid, &state->cast, cxt);
+				break;
+			}
+			/* a cast taking a typmod: the output function gives the same text */
+			state->to_text = COERCION_PATH_COERCEVIAIO;
+			getTypeOutputInfo(typid, &funcid, &varlena);
 			fmgr_info_cxt(funcid, &state->cast, cxt);
 			break;
 		default:

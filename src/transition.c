@@ -20,8 +20,8 @@
  * quoted identifiers, the key and states travel as parameters, the casts
  * and the primary key's equality operators are schema-qualified (as the
  * foreign-key triggers build theirs).  Plans are prepared once per table
- * and state column, and dropped when the table's relcache entry is
- * invalidated (any ALTER TABLE, for instance).
+ * and state column, and prepared again when a name, the column's type or
+ * the primary key changed.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,6 +33,8 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -45,7 +47,8 @@
 
 #include "idempotency.h"
 
-PG_FUNCTION_INFO_V1(idem_transition);
+PG_FUNCTION_INFO_V1(idem_transition_text);
+PG_FUNCTION_INFO_V1(idem_transition_array);
 
 typedef struct PlanKey
 {
@@ -53,9 +56,28 @@ typedef struct PlanKey
 	AttrNumber	attnum;
 } PlanKey;
 
+/*
+ * The statements of one (table, state column).  They embed the names of the
+ * schema, table and columns, the column's type and the primary key, so they
+ * are rebuilt when any of those changed (the plan cache itself replans for
+ * other changes).  Old plans are never freed: one of them may be executing
+ * in an outer call (a trigger on the table may call idem_transition), and a
+ * table renamed while idem_transition runs costs a few kilobytes at most.
+ */
+typedef struct PlanSignature
+{
+	Oid			namespace;
+	NameData	relname;
+	NameData	column;
+	Oid			column_type;
+	int32		column_typmod;
+	Oid			pkey;
+} PlanSignature;
+
 typedef struct PlanEntry
 {
 	PlanKey		key;
+	PlanSignature signature;
 	int			nkeys;			/* primary key columns */
 	SPIPlanPtr	update;			/* $1 to, $2.. key, $n from[] */
 	SPIPlanPtr	select;			/* $1.. key */
@@ -64,25 +86,17 @@ typedef struct PlanEntry
 static HTAB *plan_cache = NULL;
 
 static void
-plan_cache_callback(Datum arg, Oid relid)
+plan_signature(Relation rel, AttrNumber attnum, PlanSignature *signature)
 {
-	HASH_SEQ_STATUS status;
-	PlanEntry  *entry;
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
 
-	if (plan_cache == NULL)
-		return;
-	hash_seq_init(&status, plan_cache);
-	while ((entry = hash_seq_search(&status)) != NULL)
-	{
-		if (relid != InvalidOid && entry->key.relid != relid)
-			continue;
-		/* SPI_freeplan is safe here: it only releases memory */
-		if (entry->update)
-			SPI_freeplan(entry->update);
-		if (entry->select)
-			SPI_freeplan(entry->select);
-		hash_search(plan_cache, &entry->key, HASH_REMOVE, NULL);
-	}
+	memset(signature, 0, sizeof(PlanSignature));
+	signature->namespace = RelationGetNamespace(rel);
+	namestrcpy(&signature->relname, RelationGetRelationName(rel));
+	namestrcpy(&signature->column, NameStr(att->attname));
+	signature->column_type = att->atttypid;
+	signature->column_typmod = att->atttypmod;
+	signature->pkey = RelationGetPrimaryKeyIndex(rel);
 }
 
 /* The enforcing trigger of rel for state_column (or the only one). */
@@ -162,6 +176,7 @@ static PlanEntry *
 prepare_plans(Relation rel, AttrNumber attnum)
 {
 	PlanKey		key = {RelationGetRelid(rel), attnum};
+	PlanSignature signature;
 	PlanEntry  *entry;
 	bool		found;
 	const char *table;
@@ -180,10 +195,10 @@ prepare_plans(Relation rel, AttrNumber attnum)
 		ctl.hcxt = CacheMemoryContext;
 		plan_cache = hash_create("idempotency transition plans", 16, &ctl,
 								 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		CacheRegisterRelcacheCallback(plan_cache_callback, (Datum) 0);
 	}
+	plan_signature(rel, attnum, &signature);
 	entry = hash_search(plan_cache, &key, HASH_FIND, &found);
-	if (found)
+	if (found && memcmp(&entry->signature, &signature, sizeof(PlanSignature)) == 0)
 		return entry;
 
 	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
@@ -227,9 +242,10 @@ prepare_plans(Relation rel, AttrNumber attnum)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql.data,
 				 SPI_result_code_string(SPI_result));
 
-		SPI_keepplan(update);
-		SPI_keepplan(select);
+		if (SPI_keepplan(update) != 0 || SPI_keepplan(select) != 0)
+			elog(ERROR, "SPI_keepplan failed");
 		entry = hash_search(plan_cache, &key, HASH_ENTER, &found);
+		entry->signature = signature;
 		entry->nkeys = nkeys;
 		entry->update = update;
 		entry->select = select;
@@ -255,8 +271,22 @@ describe_key(Datum *keys, int nkeys)
  *
  * from_states NULL means every state with a move to to_state.
  */
+static Datum transition(FunctionCallInfo fcinfo, bool key_is_array);
+
 Datum
-idem_transition(PG_FUNCTION_ARGS)
+idem_transition_text(PG_FUNCTION_ARGS)
+{
+	return transition(fcinfo, false);
+}
+
+Datum
+idem_transition_array(PG_FUNCTION_ARGS)
+{
+	return transition(fcinfo, true);
+}
+
+static Datum
+transition(FunctionCallInfo fcinfo, bool key_is_array)
 {
 	Oid			relid;
 	const IdemObjects *objects;
@@ -289,7 +319,14 @@ idem_transition(PG_FUNCTION_ARGS)
 	/* see redefinitions committed since our last statement, as the trigger does */
 	idem_machine_refresh();
 
-	/* the caller's privileges are checked by the statements themselves */
+	/*
+	 * The statements check every privilege they need, but opening the table
+	 * takes a lock: a caller who may not update it must not get that far.
+	 */
+	if (pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK &&
+		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)),
+					   get_rel_name(relid));
 	rel = table_open(relid, AccessShareLock);
 	trigger = find_attachment(rel, objects->enforce_fn,
 							  PG_ARGISNULL(4) ? NULL : NameStr(*PG_GETARG_NAME(4)));
@@ -327,7 +364,7 @@ idem_transition(PG_FUNCTION_ARGS)
 		from_array = makeArrayResult(from, CurrentMemoryContext);
 	}
 
-	if (get_fn_expr_argtype(fcinfo->flinfo, 1) == TEXTARRAYOID)
+	if (key_is_array)
 	{
 		bool	   *key_nulls;
 
