@@ -1,0 +1,148 @@
+-- The two baselines the benchmark compares the extension with, written as a
+-- careful developer would without it.
+--
+-- (a) raw SQL: the statements an application sends itself (see raw_*.sql);
+--     this is its table.
+CREATE TABLE raw_keys (
+    key           text PRIMARY KEY,
+    fingerprint   bytea NOT NULL,
+    status        text NOT NULL,
+    token         bigint NOT NULL DEFAULT 1,
+    locked_until  timestamptz,
+    response      jsonb,
+    response_code int,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    completed_at  timestamptz
+);
+
+-- (b) PL/pgSQL: the same semantics as idem_claim / idem_complete (outcomes,
+--     fingerprint check, leases, fencing token), in a table of its own.
+CREATE TABLE plpgsql_keys (
+    scope         text NOT NULL DEFAULT '',
+    key           text NOT NULL,
+    fingerprint   bytea NOT NULL,
+    status        text NOT NULL,
+    token         bigint NOT NULL,
+    lease_expires_at timestamptz,
+    recovery_point text,
+    result        jsonb,
+    response_code int,
+    error         jsonb,
+    attempts      int NOT NULL,
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL,
+    completed_at  timestamptz,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+
+CREATE FUNCTION plpgsql_claim(p_key text, p_fingerprint bytea, p_lease interval,
+                              p_scope text DEFAULT '',
+                              OUT outcome text, OUT token bigint, OUT status text,
+                              OUT result jsonb, OUT response_code int)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r plpgsql_keys;
+BEGIN
+    LOOP
+        SELECT * INTO r FROM plpgsql_keys k WHERE k.scope = p_scope AND k.key = p_key;
+        IF NOT FOUND THEN
+            INSERT INTO plpgsql_keys (scope, key, fingerprint, status, token, lease_expires_at,
+                                      attempts, created_at, updated_at, expires_at)
+            VALUES (p_scope, p_key, p_fingerprint, 'processing', 1, clock_timestamp() + p_lease,
+                    1, clock_timestamp(), clock_timestamp(), clock_timestamp() + interval '1 day')
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                outcome := 'new'; token := 1; status := 'processing';
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
+        IF r.fingerprint <> p_fingerprint THEN
+            RAISE EXCEPTION 'idempotency key "%" was already used for a different request', p_key
+                USING ERRCODE = 'IK001';
+        END IF;
+        IF r.status IN ('succeeded', 'failed') THEN
+            outcome := 'replay'; status := r.status; result := r.result;
+            response_code := r.response_code;
+            RETURN;
+        END IF;
+        IF r.lease_expires_at > clock_timestamp() THEN
+            outcome := 'in_progress'; status := r.status;
+            RETURN;
+        END IF;
+        UPDATE plpgsql_keys k SET token = k.token + 1, attempts = k.attempts + 1,
+               lease_expires_at = clock_timestamp() + p_lease, updated_at = clock_timestamp()
+         WHERE k.scope = p_scope AND k.key = p_key AND k.token = r.token
+               AND k.status = 'processing' AND k.lease_expires_at <= clock_timestamp()
+        RETURNING k.token INTO token;
+        IF FOUND THEN
+            outcome := 'takeover'; status := 'processing';
+            RETURN;
+        END IF;
+    END LOOP;
+END $$;
+
+CREATE FUNCTION plpgsql_complete(p_key text, p_token bigint, p_result jsonb,
+                                 p_response_code int, p_scope text DEFAULT '')
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE plpgsql_keys k SET status = 'succeeded', result = p_result,
+           response_code = p_response_code, completed_at = clock_timestamp(),
+           updated_at = clock_timestamp(), lease_expires_at = NULL
+     WHERE k.scope = p_scope AND k.key = p_key AND k.token = p_token AND k.status = 'processing';
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'token % is not the current fencing token of idempotency key "%"',
+            p_token, p_key USING ERRCODE = 'IK002';
+    END IF;
+END $$;
+
+-- (4) the state machine trigger against no trigger and a PL/pgSQL trigger
+CREATE TABLE upd_plain (id int PRIMARY KEY, status text NOT NULL, n int NOT NULL);
+INSERT INTO upd_plain SELECT g, 'A', 0 FROM generate_series(1, 10000) g;
+CREATE TABLE upd_machine (LIKE upd_plain INCLUDING ALL);
+INSERT INTO upd_machine SELECT * FROM upd_plain;
+CREATE TABLE upd_plpgsql (LIKE upd_plain INCLUDING ALL);
+INSERT INTO upd_plpgsql SELECT * FROM upd_plain;
+SELECT idem_define_machine('bench_ab', '{"A": ["B"], "B": ["A"]}');
+SELECT idem_attach_machine('upd_machine', 'status', 'bench_ab');
+CREATE TABLE plpgsql_moves (from_state text, to_state text, PRIMARY KEY (from_state, to_state));
+INSERT INTO plpgsql_moves VALUES ('A', 'B'), ('B', 'A');
+CREATE FUNCTION plpgsql_enforce() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status IS DISTINCT FROM OLD.status
+       AND NOT EXISTS (SELECT 1 FROM plpgsql_moves m
+                       WHERE m.from_state = OLD.status AND m.to_state = NEW.status) THEN
+        RAISE EXCEPTION 'invalid transition from "%" to "%"', OLD.status, NEW.status;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER enforce BEFORE UPDATE ON upd_plpgsql
+    FOR EACH ROW EXECUTE FUNCTION plpgsql_enforce();
+
+-- (5) the raw inbox a developer would write
+CREATE TABLE raw_inbox (consumer text, message_id text, received_at timestamptz DEFAULT now(),
+                        PRIMARY KEY (consumer, message_id));
+
+-- (2) replay: 10000 finished keys in each implementation
+SELECT count(*) FROM (
+    SELECT idem_complete('r' || g, (SELECT c.token FROM idem_claim('r' || g, '\x01'::bytea, '1 hour',
+                                                                     retention => '1 day') c),
+                         '{"order_id": 1}', 201)
+    FROM generate_series(1, 10000) g) x;
+INSERT INTO raw_keys (key, fingerprint, status, response, response_code, completed_at)
+SELECT 'r' || g, '\x01', 'succeeded', '{"order_id": 1}', 201, now() FROM generate_series(1, 10000) g;
+SELECT count(*) FROM (
+    SELECT plpgsql_complete('r' || g, (plpgsql_claim('r' || g, '\x01'::bytea, '1 hour')).token,
+                            '{"order_id": 1}', 201)
+    FROM generate_series(1, 10000) g) x;
+ANALYZE;
+
+-- (7) the purge rate, timed in the server
+CREATE FUNCTION bench_purge_rate(batch_size int) RETURNS numeric LANGUAGE plpgsql AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+    purged bigint := idem_purge(batch_size);
+BEGIN
+    RETURN round(purged / greatest(extract(epoch FROM clock_timestamp() - started), 0.000001));
+END $$;

@@ -1,0 +1,97 @@
+"""Medians, ratios and plots of a benchmark run (see run).
+
+usage: report.py RAW_CSV OUT_DIR MACHINE_DESCRIPTION
+Writes OUT_DIR/results.md and, for gnuplot, OUT_DIR/plot.gp with its data.
+"""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+raw_csv, out, machine = sys.argv[1:4]
+tps = defaultdict(list)
+extra = {}
+with open(raw_csv) as f:
+    for row in csv.DictReader(f):
+        if row["workload"] in ("purge", "bytes"):
+            extra[(row["workload"], row["variant"])] = float(row["tps"])
+            continue
+        key = (row["workload"], row["variant"], row["synchronous_commit"], int(row["clients"]))
+        tps[key].append(float(row["tps"]))
+median = {k: statistics.median(v) for k, v in tps.items()}
+
+# workload -> (ours, [(baseline, target ratio, what the target says)])
+comparisons = {
+    "new": ("ours", [("raw", 0.95, ">= 0.95 x raw SQL (sync off)"),
+                     ("plpgsql", 1.6, ">= 1.6 x PL/pgSQL (sync off)")]),
+    "replay": ("ours", [("raw", 0.9, ">= 0.9 x a bare primary-key SELECT"),
+                        ("plpgsql", None, "")]),
+    "hot": ("ours", [("raw", None, ""), ("plpgsql", None, "")]),
+    "update": ("machine", [("plain", 0.97, "trigger costs <= 3% of UPDATE throughput"),
+                           ("plpgsql", None, "")]),
+    "inbox": ("ours", [("raw", 0.95, ">= 0.95 x INSERT ... ON CONFLICT DO NOTHING")]),
+}
+
+lines = [f"Machine: {machine}.", "",
+         "Median transactions per second of the rounds; ratio = ours / baseline.", "",
+         "| workload | sync commit | clients | ours | baseline | baseline tps | ratio | target |",
+         "|---|---|---|---|---|---|---|---|"]
+for workload, (ours, baselines) in comparisons.items():
+    for (w, v, sync, clients) in sorted(k for k in median if k[0] == workload and k[1] == ours):
+        for base, target, text in baselines:
+            b = median.get((workload, base, sync, clients))
+            if b is None:
+                continue
+            ratio = median[(w, v, sync, clients)] / b
+            verdict = ""
+            if target is not None and sync == "off":
+                verdict = f"{text}: {'met' if ratio >= target else 'NOT met'}"
+            lines.append(f"| {workload} | {sync} | {clients} | {median[(w, v, sync, clients)]:.0f} "
+                         f"| {base} | {b:.0f} | {ratio:.2f} | {verdict} |")
+
+plain = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "plain"}
+machine_t = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "machine"}
+plpgsql_t = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "plpgsql"}
+lines += ["", "| trigger cost | sync commit | machine trigger | PL/pgSQL trigger | ours / PL/pgSQL cost |",
+          "|---|---|---|---|---|"]
+for sync in sorted(plain):
+    if sync in machine_t and sync in plpgsql_t:
+        c_ours = 1 - machine_t[sync] / plain[sync]
+        c_pl = 1 - plpgsql_t[sync] / plain[sync]
+        share = c_ours / c_pl if c_pl > 0 else float("nan")
+        lines.append(f"| UPDATE | {sync} | {c_ours:.1%} | {c_pl:.1%} | {share:.2f} (target <= 0.33) |")
+
+if ("purge", "rows_per_second") in extra:
+    new_rate = median.get(("new", "ours", "off", 1))
+    rate = extra[("purge", "rows_per_second")]
+    lines += ["", f"Purge: {rate:.0f} rows/s"
+              + (f" = {rate / new_rate:.1f} x the single-client new-claim rate (target >= 10)"
+                 if new_rate else "")]
+ours_b = extra.get(("bytes", "idempotency_records"))
+pl_b = extra.get(("bytes", "plpgsql_keys"))
+if ours_b and pl_b:
+    lines += [f"Bytes per finished record (heap + indexes + TOAST): ours {ours_b:.0f}, "
+              f"PL/pgSQL baseline {pl_b:.0f}, ratio {ours_b / pl_b:.2f} (target <= 0.9)"]
+with open(f"{out}/results.md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+# throughput against clients, sync off, for new / replay / hot
+plots = []
+for workload in ("new", "replay", "hot"):
+    variants = sorted({k[1] for k in median if k[0] == workload})
+    clients = sorted({k[3] for k in median if k[0] == workload and k[2] == "off"})
+    if len(clients) < 2:
+        continue
+    with open(f"{out}/{workload}.dat", "w") as f:
+        f.write("# clients " + " ".join(variants) + "\n")
+        for c in clients:
+            f.write(f"{c} " + " ".join(f"{median.get((workload, v, 'off', c), 0):.0f}"
+                                      for v in variants) + "\n")
+    series = ", ".join(f"'{workload}.dat' using 1:{i + 2} with linespoints title '{v}'"
+                       for i, v in enumerate(variants))
+    plots.append(f"set output '{workload}.png'\nset title '{workload} (synchronous_commit off)'\n"
+                 f"plot {series}\n")
+if plots:
+    with open(f"{out}/plot.gp", "w") as f:
+        f.write("set terminal png size 800,500\nset xlabel 'clients'\nset ylabel 'tps'\n"
+                "set key left top\n" + "".join(plots))

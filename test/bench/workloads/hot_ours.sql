@@ -1,0 +1,2 @@
+\set k random(1, 10)
+SELECT outcome FROM idem_claim('h' || :k, '\x01'::bytea, '5 ms');

@@ -1,0 +1,2 @@
+\set id random(1, 10000)
+UPDATE upd_machine SET status = CASE status WHEN 'A' THEN 'B' ELSE 'A' END, n = n + 1 WHERE id = :id;
