@@ -38,6 +38,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "miscadmin.h"
+#include "optimizer/cost.h"
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/memutils.h"
@@ -382,6 +383,33 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 }
 
 /*
+ * Every statement here looks rows up by primary key (purge: by expiry).  A
+ * generic plan made while the table was nearly empty (a new install, or just
+ * after a purge and VACUUM) would scan it sequentially, and stay cached while
+ * the table grows: a bulk claim in one transaction then turns quadratic.  So
+ * our statements are executed, and hence planned, with sequential scans
+ * discouraged; the setting is restored however the statement ends.
+ */
+static int
+execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only)
+{
+	bool		saved_enable_seqscan = enable_seqscan;
+	int			ret;
+
+	enable_seqscan = false;
+	PG_TRY();
+	{
+		ret = SPI_execute_plan(plan, args, nulls, read_only, 0);
+	}
+	PG_FINALLY();
+	{
+		enable_seqscan = saved_enable_seqscan;
+	}
+	PG_END_TRY();
+	return ret;
+}
+
+/*
  * Run a statement.  When it returns a row and rec is given, the row is
  * copied into rec, its by-reference values allocated in copy_to so that they
  * outlive SPI_finish.  Returns whether a row came back.
@@ -408,7 +436,7 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 	}
 	plan = statement_plan(stmt);
 
-	ret = SPI_execute_plan(plan, args, nulls, read_only, 0);
+	ret = execute_without_seqscan(plan, args, nulls, read_only);
 	if (ret < 0)
 		elog(ERROR, "SPI_execute_plan failed for idempotency statement %d: %s",
 			 (int) stmt, SPI_result_code_string(ret));
