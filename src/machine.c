@@ -354,20 +354,44 @@ idem_trigger_arg(PG_FUNCTION_ARGS)
 }
 
 /*
- * What the trigger keeps between rows of one statement (fn_extra).  A state
- * is the column's value cast to text, exactly as "column::text" would cast
- * it (which is what attach validates and idem_transition compares): char(n)
- * loses its padding, boolean reads "true", an enum its label.
+ * What the trigger keeps per trigger, for the life of the backend: which
+ * column, how to read it as text, and the compiled machine.  A relcache
+ * invalidation of the table (ALTER TABLE, a renamed column) marks it stale;
+ * a change of the machine shows in idem_machine_generation().  fn_extra
+ * points at the entry, so the rows of a statement skip even the lookup.
+ *
+ * A state is the column's value cast to text, exactly as "column::text"
+ * would cast it (which is what attach validates and idem_transition
+ * compares): char(n) loses its padding, boolean reads "true", an enum its
+ * label.
  */
 typedef struct TriggerState
 {
+	Oid			tgoid;			/* hash key */
 	Oid			relid;
+	bool		valid;
 	AttrNumber	attnum;
 	CoercionPathType to_text;	/* RELABELTYPE: the value is text already */
 	FmgrInfo	cast;			/* FUNC: the cast function; COERCEVIAIO: output */
 	uint64		generation;
 	IdemMachine *machine;
 } TriggerState;
+
+static HTAB *trigger_states = NULL;
+
+static void
+trigger_states_invalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	TriggerState *state;
+
+	if (trigger_states == NULL)
+		return;
+	hash_seq_init(&status, trigger_states);
+	while ((state = hash_seq_search(&status)) != NULL)
+		if (relid == InvalidOid || state->relid == relid)
+			state->valid = false;
+}
 
 static void
 prepare_text_cast(TriggerState *state, Oid typid, MemoryContext cxt)
@@ -547,10 +571,30 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	idem_machine_refresh();
 
 	state = (TriggerState *) fcinfo->flinfo->fn_extra;
-	if (state == NULL || state->relid != RelationGetRelid(rel))
+	if (state == NULL || state->tgoid != trigger->tgoid)
 	{
-		state = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(TriggerState));
+		bool		found;
+
+		if (trigger_states == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(Oid);
+			ctl.entrysize = sizeof(TriggerState);
+			ctl.hcxt = CacheMemoryContext;
+			trigger_states = hash_create("idempotency trigger states", 16, &ctl,
+										 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+			CacheRegisterRelcacheCallback(trigger_states_invalidate, (Datum) 0);
+		}
+		state = hash_search(trigger_states, &trigger->tgoid, HASH_ENTER, &found);
+		if (!found)
+			state->valid = false;
+		fcinfo->flinfo->fn_extra = state;
+	}
+	if (!state->valid || state->relid != RelationGetRelid(rel))
+	{
 		state->relid = RelationGetRelid(rel);
+		state->machine = NULL;
 		state->attnum = SPI_fnumber(desc, trigger->tgargs[1]);
 		if (state->attnum <= 0)
 			ereport(ERROR,
@@ -560,8 +604,8 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 					 errhint("Trigger \"%s\" names it: detach the machine with that column name, then attach it again.",
 							 trigger->tgname)));
 		prepare_text_cast(state, TupleDescAttr(desc, state->attnum - 1)->atttypid,
-						  fcinfo->flinfo->fn_mcxt);
-		fcinfo->flinfo->fn_extra = state;
+						  CacheMemoryContext);
+		state->valid = true;
 	}
 	if (state->machine == NULL || state->generation != idem_machine_generation())
 	{
