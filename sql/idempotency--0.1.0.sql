@@ -26,6 +26,7 @@ CREATE TABLE @extschema@.idempotency_records (
     updated_at       timestamptz NOT NULL,
     completed_at     timestamptz,
     expires_at       timestamptz NOT NULL,
+    purge_after      timestamptz NOT NULL,
     status           @extschema@.idem_status NOT NULL,
     attempts         integer NOT NULL,
     response_code    integer,
@@ -38,6 +39,21 @@ CREATE TABLE @extschema@.idempotency_records (
 
 COMMENT ON TABLE @extschema@.idempotency_records IS
     'idempotency keys, their owner (fencing token, lease) and their saved outcome';
+
+COMMENT ON COLUMN @extschema@.idempotency_records.expires_at IS
+    'when retention ends: completion + retention once finished, created_at + retention before';
+COMMENT ON COLUMN @extschema@.idempotency_records.purge_after IS
+    'created_at + retention: the earliest expires_at can be; never moved by completion';
+
+/*
+ * idem_purge finds expired records through this index.  It is on purge_after
+ * rather than expires_at because completion moves expires_at: an index on it
+ * would make every completion a non-HOT update (a new index entry in the
+ * primary key and in this index, and a dead tuple only VACUUM can remove).
+ * purge_after is written by the INSERT (and by a takeover or reuse) and
+ * never by complete, fail, checkpoint, release or mark_unknown.
+ */
+CREATE INDEX idempotency_records_purge_after ON @extschema@.idempotency_records (purge_after);
 
 -- Records are application data: pg_dump must keep them.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idempotency_records', '');

@@ -56,7 +56,7 @@ const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 /* The columns, in IdemColumn order, as every statement returns them. */
 #define RECORD_COLUMNS \
 	"scope, key, fingerprint, token, lease_expires_at, created_at, updated_at, " \
-	"completed_at, expires_at, status, attempts, response_code, retryable, " \
+	"completed_at, expires_at, purge_after, status, attempts, response_code, retryable, " \
 	"recovery_point, result, error"
 
 #define EQ " OPERATOR(pg_catalog.=) "
@@ -99,8 +99,8 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	 */
 	[STMT_INSERT] = {
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
-		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
-		"VALUES ($1, $2, $3, $7, $4, $5, $5, $6, 'processing', 1) "
+		"lease_expires_at, created_at, updated_at, expires_at, purge_after, status, "
+		"attempts) VALUES ($1, $2, $3, $7, $4, $5, $5, $6, $6, 'processing', 1) "
 		"ON CONFLICT (scope, key) DO NOTHING",
 		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT8OID}
@@ -119,9 +119,9 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	[STMT_REUSE] = {
 		"WITH old AS (DELETE FROM @S@.idempotency_records" BY_KEY "RETURNING token) "
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
-		"lease_expires_at, created_at, updated_at, expires_at, status, attempts) "
-		"SELECT $1, $2, $3, old.token OPERATOR(pg_catalog.+) 1, $4, $5, $5, $6, "
-		"'processing', 1 FROM old RETURNING " RECORD_COLUMNS,
+		"lease_expires_at, created_at, updated_at, expires_at, purge_after, status, "
+		"attempts) SELECT $1, $2, $3, old.token OPERATOR(pg_catalog.+) 1, $4, $5, $5, "
+		"$6, $6, 'processing', 1 FROM old RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	/* $3 lease expiry, $4 now, $5 expiry (created_at + retention) */
@@ -130,7 +130,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $3, "
 		"updated_at = $4, completed_at = NULL, status = 'processing', "
 		"attempts = attempts OPERATOR(pg_catalog.+) 1, response_code = NULL, "
-		"retryable = false, expires_at = $5"
+		"retryable = false, expires_at = $5, purge_after = $5"
 		BY_KEY "RETURNING " RECORD_COLUMNS,
 		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
@@ -227,14 +227,19 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	 */
 	/*
 	 * Records: finished ones, and released ones (given up before any
-	 * effect), past their expiry.  The statement advances the token epoch
+	 * effect), past their expiry.  They are found through the index on
+	 * purge_after (<= expires_at, see the install script); a record whose
+	 * purge_after has passed but whose completion moved expires_at later
+	 * (work that took long) is read again by each batch until it expires.
+	 * The statement advances the token epoch
 	 * (see STMT_INSERT) when, and only when, it has rows to delete; the
 	 * sequence is not transactional, so the new epoch is visible before the
 	 * deletion is.
 	 */
 	[STMT_PURGE_RECORDS] = {
 		"WITH doomed AS (SELECT ctid FROM @S@.idempotency_records "
-		"WHERE expires_at OPERATOR(pg_catalog.<=) $1 "
+		"WHERE purge_after OPERATOR(pg_catalog.<=) $1 "
+		"AND expires_at OPERATOR(pg_catalog.<=) $1 "
 		"AND (status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}') "
 		"OR (status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NULL)) "
 		"LIMIT $2 FOR UPDATE SKIP LOCKED), "
@@ -383,7 +388,7 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 }
 
 /*
- * Every statement here looks rows up by primary key (purge: by expiry).  A
+ * Every statement here looks rows up by primary key (purge: by purge_after).  A
  * generic plan made while the table was nearly empty (a new install, or just
  * after a purge and VACUUM) would scan it sequentially, and stay cached while
  * the table grows: a bulk claim in one transaction then turns quadratic.  So
