@@ -925,3 +925,184 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_attach_machine(regclass, name, text, boolean, boolean),
     @extschema@.idem_detach_machine(regclass, name)
 FROM PUBLIC;
+
+/*
+ * Tenant isolation (off until idem_tenant_isolation(true)).  The policies
+ * exist from the start, as members of the extension, so that a dump and
+ * restore brings them back with CREATE EXTENSION; the switch is row-level
+ * security on the three tables, FORCE'd so that their owner is bound too
+ * (superusers and BYPASSRLS roles never are).  idempotency.scope names the
+ * tenant of the session; empty or unset, it sees and writes nothing.
+ * Inbox consumers belong to a tenant by name: "<scope>" or "<scope>/...".
+ */
+CREATE POLICY idem_tenant ON @extschema@.idempotency_records
+    USING (scope OPERATOR(pg_catalog.=)
+           NULLIF(pg_catalog.current_setting('idempotency.scope', true), ''))
+    WITH CHECK (scope OPERATOR(pg_catalog.=)
+                NULLIF(pg_catalog.current_setting('idempotency.scope', true), ''));
+
+CREATE FUNCTION @extschema@.idem_consumer_in_scope(consumer text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN consumer OPERATOR(pg_catalog.=)
+           NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
+       OR pg_catalog.starts_with(consumer,
+           NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
+           OPERATOR(pg_catalog.||) '/');
+
+COMMENT ON FUNCTION @extschema@.idem_consumer_in_scope(text) IS
+    'whether an inbox consumer belongs to the tenant in idempotency.scope (tenant isolation)';
+
+CREATE POLICY idem_tenant ON @extschema@.idem_inbox
+    USING (@extschema@.idem_consumer_in_scope(consumer))
+    WITH CHECK (@extschema@.idem_consumer_in_scope(consumer));
+CREATE POLICY idem_tenant ON @extschema@.idem_inbox_streams
+    USING (@extschema@.idem_consumer_in_scope(consumer))
+    WITH CHECK (@extschema@.idem_consumer_in_scope(consumer));
+
+CREATE FUNCTION @extschema@.idem_tenant_isolation(enabled boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF enabled THEN
+        ALTER TABLE @extschema@.idempotency_records
+            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+        ALTER TABLE @extschema@.idem_inbox
+            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+        ALTER TABLE @extschema@.idem_inbox_streams
+            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+    ELSE
+        ALTER TABLE @extschema@.idempotency_records
+            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
+        ALTER TABLE @extschema@.idem_inbox
+            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
+        ALTER TABLE @extschema@.idem_inbox_streams
+            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_tenant_isolation(boolean) IS
+    'turn tenant isolation on idempotency.scope on (row-level security, forced) or off';
+
+/*
+ * Grants by kind of user: one call per role and kind instead of a page of
+ * GRANT statements.  Runs with the caller's privileges (the extension's
+ * owner, or a role holding grant options), and quotes every name.
+ */
+CREATE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    functions text;
+    tables text;
+    privileges text;
+BEGIN
+    IF kind IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'kind and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    CASE kind
+    WHEN 'client' THEN
+        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer), '
+                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
+                            '%1$s.idem_release(text, bigint, text), '
+                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
+                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, INSERT, UPDATE, DELETE';
+    WHEN 'reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck', s);
+        privileges := 'SELECT, UPDATE';
+    WHEN 'reader' THEN
+        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    WHEN 'consumer' THEN
+        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
+                            '%1$s.idem_inbox_watermark(text, text)', s);
+        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
+        privileges := 'SELECT, INSERT, UPDATE';
+    WHEN 'maintenance' THEN
+        functions := format('%s.idem_purge(integer, integer)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_inbox', s);
+        privileges := 'SELECT, UPDATE, DELETE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
+    WHEN 'machine_admin' THEN
+        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
+                            '%1$s.idem_drop_machine(text), '
+                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
+                            '%1$s.idem_detach_machine(regclass, name)', s);
+        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
+        privileges := 'INSERT, UPDATE, DELETE';
+    WHEN 'monitor' THEN
+        functions := format('%s.idem_stats_reset()', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    ELSE
+        RAISE EXCEPTION 'unknown kind of user "%"', kind
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The kinds are client, reconciler, reader, consumer, maintenance, machine_admin and monitor.';
+    END CASE;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
+    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
+    'grant a role what one kind of user needs: client, reconciler, reader, consumer, maintenance, machine_admin, monitor';
+
+CREATE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    object record;
+BEGIN
+    FOR object IN
+        SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        UNION ALL
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass)
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
+    END LOOP;
+    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
+    'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role';
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_tenant_isolation(boolean),
+    @extschema@.idem_grant(text, regrole),
+    @extschema@.idem_revoke_all(regrole)
+FROM PUBLIC;

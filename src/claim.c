@@ -34,6 +34,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/rls.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -390,6 +391,18 @@ idem_claim(PG_FUNCTION_ARGS)
 		break;
 	}
 
+	/*
+	 * A policy that lets us insert a key but hides its row makes every round
+	 * fail the same way: say so instead of blaming concurrency.
+	 */
+	if (round == MAX_CLAIM_ROUNDS &&
+		check_enable_rls(idem_objects_current()->records, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("idempotency key \"%s\" exists in scope \"%s\", but row-level security hides it",
+						text_to_cstring(key), text_to_cstring(scope)),
+				 errdetail("The claim's INSERT conflicts with a row that the policies on idempotency_records do not let this role read."),
+				 errhint("Check idempotency.scope and the policies of idempotency_records.")));
 	if (round == MAX_CLAIM_ROUNDS)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

@@ -33,6 +33,9 @@ int			idem_retention_s = 24 * 60 * 60;
 /* Longest key and scope, in bytes (Stripe allows 255 characters). */
 int			idem_max_key_length = 255;
 
+/* idempotency.scope: read by SQL (the tenant policies), not by C */
+static char *idem_session_scope = NULL;
+
 /* The purge worker (worker.c), when the library is preloaded. */
 int			idem_purge_interval_s = 60;
 int			idem_purge_batch_size = 10000;
@@ -125,6 +128,21 @@ _PG_init(void)
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
+
+	/*
+	 * Read only by the tenant-isolation policies of the install script,
+	 * through current_setting(); defined here so that a typo in the name is
+	 * an error rather than a placeholder that isolates nothing.
+	 */
+	DefineCustomStringVariable("idempotency.scope",
+							   "The tenant whose records and messages this session may see and write.",
+							   "Applies when tenant isolation is on (idem_tenant_isolation). "
+							   "Empty: none at all.",
+							   &idem_session_scope,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("idempotency");
 

@@ -538,10 +538,16 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
  * Does another transaction hold an uncommitted insert (or delete) of this
  * two-column key in this primary key?  A claim or an inbox accept with
  * wait => false asks this before inserting, so that it can answer at once
- * instead of waiting on the primary key the way INSERT ... ON CONFLICT would.  It probes the primary key with a dirty
- * snapshot, as the executor's own unique checks do; it runs after the
- * caller's SELECT on the table, so the caller's table privilege has been
- * checked already, and it reveals nothing the blocking INSERT would not.
+ * instead of waiting on the primary key the way INSERT ... ON CONFLICT would.
+ * It probes the primary key with a dirty snapshot, as the executor's own
+ * unique checks do.
+ *
+ * The answer must reveal nothing the blocking INSERT would not.  So the
+ * caller needs INSERT and SELECT on the table, and row-level security must
+ * not be in force for it: a policy could forbid it that key (the INSERT's
+ * WITH CHECK would fail before waiting), and we cannot evaluate the policy
+ * on a row not yet inserted.  Otherwise this answers false, and the caller's
+ * INSERT waits like any other.
  */
 bool
 idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key2)
@@ -553,6 +559,10 @@ idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	bool		in_progress = false;
+
+	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT) != ACLCHECK_OK ||
+		check_enable_rls(heap_oid, InvalidOid, true) == RLS_ENABLED)
+		return false;
 
 	heap = table_open(heap_oid, AccessShareLock);
 	index = index_open(index_oid, AccessShareLock);
