@@ -944,7 +944,8 @@ CREATE POLICY idem_tenant ON @extschema@.idempotency_records
 CREATE FUNCTION @extschema@.idem_consumer_in_scope(consumer text)
 RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
+-- a standard-SQL body is bound at creation, so no search_path applies later;
+-- without a SET clause the function can be inlined into the policies
 RETURN consumer OPERATOR(pg_catalog.=)
            NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
        OR pg_catalog.starts_with(consumer,
