@@ -14,10 +14,11 @@ idem_as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Install the Debian packages that are missing (apt-get update first).
+# idem_install_packages [EXTRA...]: install the Debian packages that are
+# missing (apt-get update first): the build's and test's, and EXTRA.
 idem_install_packages() {
     local missing=() pkg
-    for pkg in $IDEM_PACKAGES; do
+    for pkg in $IDEM_PACKAGES "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
             missing+=("$pkg")
     done

@@ -10,15 +10,21 @@ from collections import defaultdict
 
 raw_csv, out, machine = sys.argv[1:4]
 tps = defaultdict(list)
+latency = defaultdict(list)     # (variant, sync, records) -> ms
 extra = {}
 with open(raw_csv) as f:
     for row in csv.DictReader(f):
         if row["workload"] in ("purge", "bytes"):
-            extra[(row["workload"], row["variant"])] = float(row["tps"])
+            extra[(row["workload"], row["variant"])] = float(row["value"])
+            continue
+        if row["workload"] == "latency":
+            latency[(row["variant"], row["synchronous_commit"], int(row["clients"]))].append(
+                float(row["value"]))
             continue
         key = (row["workload"], row["variant"], row["synchronous_commit"], int(row["clients"]))
-        tps[key].append(float(row["tps"]))
+        tps[key].append(float(row["value"]))
 median = {k: statistics.median(v) for k, v in tps.items()}
+latency = {k: statistics.median(v) for k, v in latency.items()}
 
 # workload -> (ours, [(baseline, target ratio, what the target says)])
 comparisons = {
@@ -72,6 +78,22 @@ pl_b = extra.get(("bytes", "plpgsql_keys"))
 if ours_b and pl_b:
     lines += [f"Bytes per finished record (heap + indexes + TOAST): ours {ours_b:.0f}, "
               f"PL/pgSQL baseline {pl_b:.0f}, ratio {ours_b / pl_b:.2f} (target <= 0.9)"]
+record_counts = sorted({k[2] for k in latency})
+if record_counts:
+    lines += ["", "Claim latency (one client, median ms per transaction) against the records "
+              "in the table:", "",
+              "| claim | sync commit | " + " | ".join(f"{n:,} records" for n in record_counts)
+              + f" | {record_counts[-1]:,} / {record_counts[0]:,} |",
+              "|---|---|" + "---|" * (len(record_counts) + 1)]
+    for variant in ("replay", "new"):
+        for sync in ("off", "on"):
+            row = [latency.get((variant, sync, n)) for n in record_counts]
+            if None in row:
+                continue
+            ratio = row[-1] / row[0]
+            verdict = f" (target <= 1.2: {'met' if ratio <= 1.2 else 'NOT met'})" if sync == "off" else ""
+            lines.append(f"| {variant} | {sync} | " + " | ".join(f"{ms:.3f}" for ms in row)
+                         + f" | {ratio:.2f}{verdict} |")
 with open(f"{out}/results.md", "w") as f:
     f.write("\n".join(lines) + "\n")
 
@@ -91,7 +113,17 @@ for workload in ("new", "replay", "hot"):
                        for i, v in enumerate(variants))
     plots.append(f"set output '{workload}.png'\nset title '{workload} (synchronous_commit off)'\n"
                  f"plot {series}\n")
+if len(record_counts) >= 2:
+    with open(f"{out}/latency.dat", "w") as f:
+        f.write("# records replay new (ms, synchronous_commit off)\n")
+        for n in record_counts:
+            f.write(f"{n} {latency.get(('replay', 'off', n), 0):.4f} "
+                    f"{latency.get(('new', 'off', n), 0):.4f}\n")
+    plots.append("set output 'latency.png'\nset title 'claim latency (synchronous_commit off)'\n"
+                 "set xlabel 'records in the table'\nset ylabel 'ms'\nset logscale x\n"
+                 "plot 'latency.dat' using 1:2 with linespoints title 'replay', "
+                 "'latency.dat' using 1:3 with linespoints title 'new key'\n")
 if plots:
     with open(f"{out}/plot.gp", "w") as f:
-        f.write("set terminal png size 800,500\nset xlabel 'clients'\nset ylabel 'tps'\n"
+        f.write("set terminal png size 800,500 noenhanced\nset yrange [0:*]\nset xlabel 'clients'\nset ylabel 'tps'\n"
                 "set key left top\n" + "".join(plots))
