@@ -1,0 +1,479 @@
+-- Security (issue #8): the privilege model, tenant isolation, search_path
+-- safety and hostile identifiers, tested as several roles.
+--
+--   1. the install script: no SECURITY DEFINER, search_path pinned where set,
+--      nothing writable by PUBLIC, no roles created, objects qualified;
+--   2. roles: a role without rights is refused every function; idem_grant's
+--      kinds each allow their own work and nothing more; idem_revoke_all;
+--   3. tenant isolation (idem_tenant_isolation, idempotency.scope): tenant A
+--      cannot see, replay, complete, await, resolve, purge or accept into
+--      tenant B's records and messages; FORCE binds a table owner that is not
+--      a superuser; a policy that hides a row the claim's INSERT conflicts
+--      with gives 42501; the C code's reads honour privileges and policies;
+--   4. search_path: functions, operators, types and tables planted in a
+--      schema "evil" ahead of pg_catalog are never called by the extension,
+--      through the whole lifecycle;
+--   5. identifiers with quotes, spaces and semicolons: machines attached,
+--      moved, logged and detached; nothing injected (a canary table stays).
+--
+-- Everything, roles included, is rolled back.  Keys are prefixed "sec.",
+-- roles are regress_idem_sec_*, schemas sec_*.  The variant with the
+-- extension in a schema of its own (objects planted in public) and the
+-- wait => false probe against another session are in security_schema.sql.
+BEGIN;
+SELECT plan(113);
+SET LOCAL statement_timeout = '60s';
+
+-- The SQLSTATE of a statement, or '00000'.
+CREATE FUNCTION pg_temp.sqlstate_of(sql pg_catalog.text) RETURNS pg_catalog.text LANGUAGE plpgsql AS $fn$
+BEGIN
+    EXECUTE sql;
+    RETURN '00000';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END
+$fn$;
+GRANT EXECUTE ON FUNCTION pg_temp.sqlstate_of(pg_catalog.text) TO PUBLIC;
+
+-- Expired rows committed by others would be counted by the purges below;
+-- purging moves the token epoch (not transactional): it is put back at the end.
+SELECT ok(idem_purge() >= 0, 'expired rows left by others are purged first (rolled back at the end)');
+
+-- 1. the install script ----------------------------------------------------------------------------
+CREATE TEMP TABLE ext_functions AS
+SELECT p.oid, p.oid::regprocedure::text AS signature, p.prosecdef, p.proconfig, l.lanname,
+       p.prosqlbody IS NOT NULL AS sql_standard_body
+FROM pg_proc p
+JOIN pg_language l ON l.oid = p.prolang
+JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
+CREATE TEMP TABLE ext_relations AS
+SELECT c.oid, c.oid::regclass::text AS name, c.relkind, c.relacl
+FROM pg_class c
+JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
+GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
+
+SELECT is((SELECT count(*) FROM ext_functions), 38::bigint, 'the extension has 38 functions');
+SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
+                'no function is SECURITY DEFINER');
+SELECT is_empty($$SELECT signature FROM ext_functions
+                  WHERE proconfig IS NOT NULL AND proconfig <> '{"search_path=pg_catalog, pg_temp"}'$$,
+                'every function that sets a configuration sets exactly search_path = pg_catalog, pg_temp');
+SELECT is_empty($$SELECT signature FROM ext_functions
+                  WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
+                'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
+SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
+                  $$VALUES ('idem_consumer_in_scope(text)')$$,
+                  'the only one without SET search_path is idem_consumer_in_scope, so that the policies can inline it');
+
+SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
+                  WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
+                'nothing of the extension is writable by PUBLIC');
+SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
+                  $$VALUES ('idem_attached_machines'), ('idem_machine_moves'), ('idem_machines'), ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions and the token epoch, nothing else');
+SELECT is_empty($$SELECT name FROM ext_relations
+                  WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
+                'the views without privileges (owner only) are idem_stuck and idem_summary');
+SELECT results_eq(
+    $$SELECT signature FROM ext_functions f
+      WHERE (SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
+         OR EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
+                    WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+      ORDER BY 1$$,
+    $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_transition()'), ('idem_fingerprint(bytea)'),
+             ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'), ('idem_inbox_seq(bigint,integer)'),
+             ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
+             ('idem_machine_states(text)'), ('idem_machines_changed()'), ('idem_object_name(text,text,text)'),
+             ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
+             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)')$$,
+    'PUBLIC may execute only pure functions, readers of definitions and counters, trigger functions, '
+    'and idem_transition (which acts with the caller''s table privileges)');
+
+-- the script itself
+CREATE TEMP TABLE install_script AS
+SELECT pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
+                    || '/extension/idempotency--0.1.0.sql') AS body;
+SELECT ok((SELECT body !~* '\mCREATE\s+(ROLE|USER|GROUP)\M' AND body !~* '\mALTER\s+(ROLE|USER)\M'
+           FROM install_script),
+          'the install script creates and alters no role');
+SELECT ok((SELECT body !~* 'SECURITY\s+DEFINER' FROM install_script), 'and declares nothing SECURITY DEFINER');
+SELECT is_empty(
+    $$SELECT m[1] FROM install_script,
+             regexp_matches(body, '^(CREATE\s+(?:TYPE|TABLE|SEQUENCE|FUNCTION|VIEW|(?:UNIQUE\s+)?INDEX\s+\S+\s+ON|TRIGGER\s+\S+\s+(?:[^;\s]+\s+)*?ON|POLICY\s+\S+\s+ON)\s+(?!@extschema@\.)\S+)', 'gin') m$$,
+    'every statement of the script that creates an object, and every table it indexes or puts a trigger or policy on, is qualified with @extschema@');
+SELECT is_empty(
+    $$SELECT m[1] FROM install_script,
+             regexp_matches(body, '((?:EXECUTE\s+FUNCTION|REFERENCES|FROM|JOIN|INTO|UPDATE)\s+(?:ONLY\s+)?(?:idem_|idempotency_)\w+)', 'gi') m$$,
+    'it never names one of its own tables or functions without the schema');
+
+-- 2. roles ---------------------------------------------------------------------------------------
+-- One call per function that PUBLIC may not execute; the arguments are valid,
+-- so that a role allowed to call the function gets past the privilege check.
+CREATE TABLE sec_plain (id int PRIMARY KEY, st text);       -- no machine: attach would create one
+CREATE TABLE sec_attached (id int PRIMARY KEY, st text);    -- a machine: detach would drop it
+SELECT idem_define_machine('sec.m', '{"a": ["b"]}');
+SELECT idem_attach_machine('sec_attached', 'st', 'sec.m');
+CREATE TEMP TABLE calls (signature text PRIMARY KEY, proname text, sql text);
+INSERT INTO calls VALUES
+    ('idem_claim(text,bytea,interval,text,interval,boolean)', 'idem_claim', $$SELECT * FROM idem_claim('sec.n', '\x01')$$),
+    ('idem_complete(text,bigint,jsonb,integer,text)', 'idem_complete', $$SELECT idem_complete('sec.n', 1)$$),
+    ('idem_fail(text,bigint,jsonb,boolean,text,integer)', 'idem_fail', $$SELECT idem_fail('sec.n', 1, '{}')$$),
+    ('idem_checkpoint(text,bigint,text,interval,text)', 'idem_checkpoint', $$SELECT idem_checkpoint('sec.n', 1, 'p')$$),
+    ('idem_release(text,bigint,text)', 'idem_release', $$SELECT idem_release('sec.n', 1)$$),
+    ('idem_mark_unknown(text,bigint,jsonb,text)', 'idem_mark_unknown', $$SELECT idem_mark_unknown('sec.n', 1, '{}')$$),
+    ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'idem_resolve', $$SELECT idem_resolve('sec.n', 'succeeded')$$),
+    ('idem_lookup(text,text)', 'idem_lookup', $$SELECT * FROM idem_lookup('sec.n')$$),
+    ('idem_await(text,text,interval)', 'idem_await', $$SELECT * FROM idem_await('sec.n', '', '0')$$),
+    ('idem_inbox_accept(text,text,interval,boolean)', 'idem_inbox_accept', $$SELECT idem_inbox_accept('sec.c', 'm')$$),
+    ('idem_inbox_accept_seq(text,text,bigint,boolean)', 'idem_inbox_accept_seq', $$SELECT idem_inbox_accept_seq('sec.c', 's', 1)$$),
+    ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'idem_inbox_accept_seq', $$SELECT idem_inbox_accept_seq('sec.c', 's', 1, 0)$$),
+    ('idem_inbox_watermark(text,text)', 'idem_inbox_watermark', $$SELECT idem_inbox_watermark('sec.c', 's')$$),
+    ('idem_purge(integer,integer)', 'idem_purge', $$SELECT idem_purge()$$),
+    ('idem_stats_reset()', 'idem_stats_reset', $$SELECT idem_stats_reset()$$),
+    ('idem_define_machine(text,jsonb,text[])', 'idem_define_machine', $$SELECT idem_define_machine('sec.m', '{"a": ["b"]}')$$),
+    ('idem_drop_machine(text)', 'idem_drop_machine', $$SELECT idem_drop_machine('sec.unused')$$),
+    ('idem_attach_machine(regclass,name,text,boolean,boolean)', 'idem_attach_machine', $$SELECT idem_attach_machine('sec_plain', 'st', 'sec.m')$$),
+    ('idem_detach_machine(regclass,name)', 'idem_detach_machine', $$SELECT idem_detach_machine('sec_attached', 'st')$$),
+    ('idem_tenant_isolation(boolean)', 'idem_tenant_isolation', $$SELECT idem_tenant_isolation()$$),
+    ('idem_grant(text,regrole)', 'idem_grant', $$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$),
+    ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$);
+GRANT SELECT ON calls TO PUBLIC;
+SELECT set_eq($$SELECT signature FROM calls$$,
+              $$SELECT signature FROM ext_functions f
+                WHERE NOT EXISTS (SELECT FROM pg_proc p WHERE p.oid = f.oid AND p.proacl IS NULL)
+                  AND NOT EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
+                                  WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')$$,
+              'the calls below cover every function that PUBLIC may not execute');
+
+-- Which calls a role gets past the privilege checks of: each call runs in a
+-- subtransaction that is rolled back whatever happens, and what counts is
+-- whether it failed with 42501 (any other outcome, error or not, means the
+-- role was allowed to try).
+CREATE FUNCTION pg_temp.allowed(sql text) RETURNS boolean LANGUAGE plpgsql
+SET client_min_messages = error        -- GRANT and REVOKE without grant options only warn
+AS $fn$
+BEGIN
+    BEGIN
+        EXECUTE sql;
+        RAISE EXCEPTION 'roll back' USING ERRCODE = 'SEC00';
+    EXCEPTION WHEN OTHERS THEN
+        RETURN SQLSTATE <> '42501';
+    END;
+END
+$fn$;
+GRANT EXECUTE ON FUNCTION pg_temp.allowed(text) TO PUBLIC;
+
+CREATE ROLE regress_idem_sec_nobody;
+CREATE ROLE regress_idem_sec_exec;
+CREATE ROLE regress_idem_sec_client;
+CREATE ROLE regress_idem_sec_reader;
+CREATE ROLE regress_idem_sec_reconciler;
+CREATE ROLE regress_idem_sec_consumer;
+CREATE ROLE regress_idem_sec_maint;
+CREATE ROLE regress_idem_sec_madmin;
+CREATE ROLE regress_idem_sec_monitor;
+CREATE ROLE "regress_idem_sec we'ird; role";
+SELECT lives_ok($$SELECT idem_grant('client', 'regress_idem_sec_client')$$, 'idem_grant client');
+SELECT lives_ok($$SELECT idem_grant('reader', 'regress_idem_sec_reader')$$, 'idem_grant reader');
+SELECT lives_ok($$SELECT idem_grant('reconciler', 'regress_idem_sec_reconciler')$$, 'idem_grant reconciler');
+SELECT lives_ok($$SELECT idem_grant('consumer', 'regress_idem_sec_consumer')$$, 'idem_grant consumer');
+SELECT lives_ok($$SELECT idem_grant('maintenance', 'regress_idem_sec_maint')$$, 'idem_grant maintenance');
+SELECT lives_ok($$SELECT idem_grant('machine_admin', 'regress_idem_sec_madmin')$$, 'idem_grant machine_admin');
+SELECT lives_ok($$SELECT idem_grant('monitor', 'regress_idem_sec_monitor')$$, 'idem_grant monitor');
+SELECT lives_ok($$SELECT idem_grant('reader', '"regress_idem_sec we''ird; role"')$$,
+                'idem_grant to a role whose name has a quote, a space and a semicolon');
+-- EXECUTE on every function, and no privilege on the tables
+GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, boolean),
+    idem_complete(text, bigint, jsonb, integer, text), idem_fail(text, bigint, jsonb, boolean, text, integer),
+    idem_checkpoint(text, bigint, text, interval, text), idem_release(text, bigint, text),
+    idem_mark_unknown(text, bigint, jsonb, text), idem_resolve(text, idem_status, jsonb, integer, text, boolean),
+    idem_lookup(text, text), idem_await(text, text, interval),
+    idem_inbox_accept(text, text, interval, boolean), idem_inbox_accept_seq(text, text, bigint, boolean),
+    idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
+    idem_purge(integer, integer), idem_define_machine(text, jsonb, text[]), idem_drop_machine(text),
+    idem_attach_machine(regclass, name, text, boolean, boolean), idem_detach_machine(regclass, name),
+    idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole)
+  TO regress_idem_sec_exec;
+
+-- what each kind grants, exactly
+CREATE FUNCTION pg_temp.grants_of(role name) RETURNS TABLE (object text, privileges text) LANGUAGE sql AS $fn$
+    SELECT o.object, string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)
+    FROM (SELECT format('%s %s', CASE r.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'table' END, r.name) AS object,
+                 (SELECT relacl FROM pg_class WHERE oid = r.oid) AS acl FROM ext_relations r
+          UNION ALL
+          SELECT 'function ' || signature, (SELECT proacl FROM pg_proc WHERE oid = f.oid) FROM ext_functions f
+          UNION ALL
+          SELECT 'schema ' || nspname, nspacl FROM pg_namespace
+          WHERE oid = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency')) o,
+         aclexplode(o.acl) a
+    WHERE a.grantee = (SELECT oid FROM pg_roles WHERE rolname = role)
+    GROUP BY o.object ORDER BY o.object
+$fn$;
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$,
+    $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
+             ('function idem_checkpoint(text,bigint,text,interval,text)', 'EXECUTE'),
+             ('function idem_claim(text,bytea,interval,text,interval,boolean)', 'EXECUTE'),
+             ('function idem_complete(text,bigint,jsonb,integer,text)', 'EXECUTE'),
+             ('function idem_fail(text,bigint,jsonb,boolean,text,integer)', 'EXECUTE'),
+             ('function idem_lookup(text,text)', 'EXECUTE'),
+             ('function idem_mark_unknown(text,bigint,jsonb,text)', 'EXECUTE'),
+             ('function idem_release(text,bigint,text)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idempotency_records', 'DELETE, INSERT, SELECT, UPDATE')$$,
+    'client: the owner calls, lookup and await; SELECT, INSERT, UPDATE, DELETE on the records');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reconciler')$$,
+    $$VALUES ('function idem_lookup(text,text)', 'EXECUTE'),
+             ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idempotency_records', 'SELECT, UPDATE'),
+             ('view idem_stuck', 'SELECT, UPDATE')$$,
+    'reconciler: idem_resolve and lookup; SELECT, UPDATE on the records, and idem_stuck');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
+    $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
+             ('function idem_lookup(text,text)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idempotency_records', 'SELECT'),
+             ('view idem_stuck', 'SELECT'),
+             ('view idem_summary', 'SELECT')$$,
+    'reader: lookup and await; SELECT on the records and both views');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_consumer')$$,
+    $$VALUES ('function idem_inbox_accept(text,text,interval,boolean)', 'EXECUTE'),
+             ('function idem_inbox_accept_seq(text,text,bigint,boolean)', 'EXECUTE'),
+             ('function idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'EXECUTE'),
+             ('function idem_inbox_watermark(text,text)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idem_inbox', 'INSERT, SELECT, UPDATE'),
+             ('table idem_inbox_streams', 'INSERT, SELECT, UPDATE')$$,
+    'consumer: the inbox functions; SELECT, INSERT, UPDATE on the two inbox tables');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_maint')$$,
+    $$VALUES ('function idem_purge(integer,integer)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('sequence idem_token_epoch', 'USAGE'),
+             ('table idem_inbox', 'DELETE, SELECT, UPDATE'),
+             ('table idempotency_records', 'DELETE, SELECT, UPDATE')$$,
+    'maintenance: idem_purge; SELECT, UPDATE, DELETE on the records and the inbox; USAGE on the epoch');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_madmin')$$,
+    $$VALUES ('function idem_attach_machine(regclass,name,text,boolean,boolean)', 'EXECUTE'),
+             ('function idem_define_machine(text,jsonb,text[])', 'EXECUTE'),
+             ('function idem_detach_machine(regclass,name)', 'EXECUTE'),
+             ('function idem_drop_machine(text)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idem_machine_moves', 'DELETE, INSERT, UPDATE'),
+             ('table idem_machines', 'DELETE, INSERT, UPDATE')$$,
+    'machine_admin: define, drop, attach, detach; INSERT, UPDATE, DELETE on the definitions');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_monitor')$$,
+    $$VALUES ('function idem_stats_reset()', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('table idempotency_records', 'SELECT'),
+             ('view idem_stuck', 'SELECT'),
+             ('view idem_summary', 'SELECT')$$,
+    'monitor: idem_stats_reset; SELECT on the records and both views');
+
+-- who may call what: the privilege matrix
+CREATE FUNCTION pg_temp.allowed_calls(role name) RETURNS SETOF text LANGUAGE plpgsql AS $fn$
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', role);
+    RETURN QUERY SELECT c.signature FROM calls c WHERE pg_temp.allowed(c.sql) ORDER BY 1;
+    RESET ROLE;
+END
+$fn$;
+SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_nobody') c$$,
+                'a role without rights is refused every one of these functions (42501)');
+SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_exec') c$$,
+                'EXECUTE without table privileges is not enough: the functions run as the caller (42501)');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_client') c$$,
+    $$VALUES ('idem_await(text,text,interval)'), ('idem_checkpoint(text,bigint,text,interval,text)'),
+             ('idem_claim(text,bytea,interval,text,interval,boolean)'), ('idem_complete(text,bigint,jsonb,integer,text)'),
+             ('idem_fail(text,bigint,jsonb,boolean,text,integer)'), ('idem_lookup(text,text)'),
+             ('idem_mark_unknown(text,bigint,jsonb,text)'), ('idem_release(text,bigint,text)')$$,
+    'client: claim, the owner calls, lookup and await; nothing else');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reader') c$$,
+    $$VALUES ('idem_await(text,text,interval)'), ('idem_lookup(text,text)')$$, 'reader: lookup and await');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec we''ird; role') c$$,
+    $$VALUES ('idem_await(text,text,interval)'), ('idem_lookup(text,text)')$$,
+    'the role with the odd name got what a reader gets');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reconciler') c$$,
+    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)')$$,
+    'reconciler: resolve and lookup');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_consumer') c$$,
+    $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_seq(text,text,bigint,boolean)'),
+             ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)'), ('idem_inbox_watermark(text,text)')$$,
+    'consumer: the inbox functions');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_maint') c$$,
+    $$VALUES ('idem_purge(integer,integer)')$$, 'maintenance: idem_purge');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_madmin') c$$,
+    $$VALUES ('idem_define_machine(text,jsonb,text[])'), ('idem_drop_machine(text)')$$,
+    'machine_admin: define and drop; attach needs TRIGGER on the table, detach its ownership (below)');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_monitor') c$$,
+    $$VALUES ('idem_stats_reset()')$$, 'monitor: idem_stats_reset');
+
+-- a few of these spelled out, with their messages
+SET LOCAL ROLE regress_idem_sec_nobody;
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.n', '\x01')$$, '42501', 'permission denied for function idem_claim',
+                 'no rights: idem_claim is refused');
+SELECT throws_ok($$SELECT * FROM idem_lookup('sec.n')$$, '42501', 'permission denied for function idem_lookup',
+                 'no rights: idem_lookup is refused');
+SELECT throws_ok($$SELECT count(*) FROM idempotency_records$$, '42501', 'permission denied for table idempotency_records',
+                 'no rights: the records are not readable');
+SELECT throws_ok($$SELECT count(*) FROM idem_inbox$$, '42501', NULL, 'nor the inbox');
+SELECT throws_ok($$SELECT count(*) FROM idem_inbox_streams$$, '42501', NULL, 'nor the watermarks');
+SELECT throws_ok($$SELECT count(*) FROM idem_stuck$$, '42501', NULL, 'nor idem_stuck');
+SELECT throws_ok($$SELECT count(*) FROM idem_summary$$, '42501', NULL, 'nor idem_summary');
+SELECT throws_ok($$INSERT INTO idem_machines (name, states) VALUES ('sec.x', '{a}')$$, '42501', NULL,
+                 'no rights: the definitions are not writable');
+SELECT throws_ok($$SELECT nextval('idem_token_epoch')$$, '42501', NULL, 'nor is the token epoch');
+SELECT throws_ok($$SELECT idem_transition('sec_plain', '1', 'b')$$, '42501', 'permission denied for table sec_plain',
+                 'idem_transition (executable by PUBLIC) checks the caller''s UPDATE privilege on the table');
+SELECT lives_ok($$SELECT count(*) FROM idem_machines$$, 'the definitions are readable by everyone');
+RESET ROLE;
+
+SET LOCAL ROLE regress_idem_sec_client;
+SELECT throws_ok($$SELECT idem_purge()$$, '42501', NULL, 'client: idem_purge is refused');
+SELECT throws_ok($$SELECT idem_define_machine('sec.m', '{"a": ["b"]}')$$, '42501', NULL, 'client: idem_define_machine is refused');
+SELECT throws_ok($$SELECT idem_resolve('sec.n', 'succeeded')$$, '42501', NULL, 'client: idem_resolve is refused');
+SELECT throws_ok($$SELECT idem_inbox_accept('sec.c', 'm')$$, '42501', NULL, 'client: the inbox is refused');
+SELECT throws_ok($$UPDATE idem_machines SET states = states$$, '42501', NULL, 'client: the definitions are not writable');
+RESET ROLE;
+
+-- each kind at work
+SET LOCAL ROLE regress_idem_sec_client;
+SELECT outcome AS c1_outcome, token AS c1_token FROM idem_claim('sec.c1', '\x01', '1 hour') \gset
+SELECT is(:'c1_outcome'::text, 'new', 'client: claims a key');
+SELECT lives_ok(format($$SELECT idem_checkpoint('sec.c1', %s, 'half way')$$, :c1_token), 'client: checkpoints it');
+SELECT lives_ok(format($$SELECT idem_complete('sec.c1', %s, '{"ok": 1}', 201)$$, :c1_token), 'client: completes it');
+SELECT results_eq($$SELECT outcome, result FROM idem_claim('sec.c1', '\x01')$$, $$VALUES ('replay', '{"ok": 1}'::jsonb)$$,
+                  'client: a second claim replays it');
+SELECT is((SELECT status::text FROM idem_lookup('sec.c1')), 'succeeded', 'client: looks it up');
+SELECT is((SELECT status::text FROM idem_await('sec.c1', '', '0')), 'succeeded', 'client: awaits it');
+SELECT lives_ok($$SELECT idem_fail('sec.c2', (SELECT token FROM idem_claim('sec.c2', '\x01')), '{"e": 1}')$$,
+                'client: fails a claim');
+SELECT lives_ok($$SELECT idem_release('sec.c3', (SELECT token FROM idem_claim('sec.c3', '\x01')))$$,
+                'client: releases a claim');
+SELECT is((SELECT outcome FROM idem_claim('sec.c3', '\x02')), 'new',
+          'client: claims a released key again (DELETE and INSERT)');
+SELECT lives_ok($$SELECT idem_mark_unknown('sec.c4', (SELECT token FROM idem_claim('sec.c4', '\x01')), '{"timeout": true}')$$,
+                'client: marks an outcome unknown');
+SELECT throws_ok($$SELECT idem_resolve('sec.c4', 'succeeded')$$, '42501', 'permission denied for function idem_resolve',
+                 'client: cannot resolve it');
+RESET ROLE;
+
+SET LOCAL ROLE regress_idem_sec_reader;
+SELECT is((SELECT result FROM idem_lookup('sec.c1')), '{"ok": 1}'::jsonb, 'reader: looks a record up');
+SELECT is((SELECT count(*) FROM idem_stuck WHERE key = 'sec.c4'), 1::bigint, 'reader: sees the unknown outcome in idem_stuck');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.r1', '\x01')$$, '42501', NULL, 'reader: cannot claim');
+SELECT throws_ok($$UPDATE idempotency_records SET result = '{}' WHERE key = 'sec.c1'$$, '42501', NULL,
+                 'reader: cannot write the table');
+RESET ROLE;
+
+SET LOCAL ROLE regress_idem_sec_reconciler;
+SELECT lives_ok($$SELECT idem_resolve('sec.c4', 'failed', '{"reconciled": true}')$$, 'reconciler: resolves the unknown outcome');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.r1', '\x01')$$, '42501', NULL, 'reconciler: cannot claim');
+RESET ROLE;
+
+SET LOCAL ROLE regress_idem_sec_consumer;
+SELECT results_eq($$SELECT idem_inbox_accept('sec.c', 'm1'), idem_inbox_accept('sec.c', 'm1')$$,
+                  $$VALUES (true, false)$$, 'consumer: accepts a message, then knows it as a duplicate');
+SELECT results_eq($$SELECT idem_inbox_accept_seq('sec.c', 's', 1), idem_inbox_accept_seq('sec.c', 'b', 7, 3)$$,
+                  $$VALUES ('new', 'new')$$, 'consumer: accepts sequence numbers (both forms)');
+SELECT is(idem_inbox_watermark('sec.c', 's'), 1::bigint, 'consumer: reads a watermark');
+SELECT throws_ok($$SELECT idem_purge()$$, '42501', NULL, 'consumer: cannot purge');
+RESET ROLE;
+
+-- expired: sec.c1's record and the message m1
+UPDATE idempotency_records SET expires_at = now() - interval '1 day', purge_after = now() - interval '1 day'
+WHERE key = 'sec.c1';
+UPDATE idem_inbox SET expires_at = now() - interval '1 day' WHERE consumer = 'sec.c';
+SET LOCAL ROLE regress_idem_sec_maint;
+SELECT is(idem_purge(), 2::bigint, 'maintenance: purges the expired record and message');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.r1', '\x01')$$, '42501', NULL, 'maintenance: cannot claim');
+SELECT throws_ok($$SELECT idem_inbox_accept('sec.c', 'm2')$$, '42501', NULL, 'maintenance: cannot accept messages');
+RESET ROLE;
+
+SET LOCAL ROLE regress_idem_sec_monitor;
+SELECT ok((SELECT count(*) FROM idem_summary) > 0, 'monitor: reads idem_summary');
+SELECT isnt(pg_temp.sqlstate_of('SELECT idem_stats_reset()'), '42501',
+            'monitor: may reset the statistics (55000 when the library is not preloaded)');
+SELECT throws_ok($$SELECT * FROM idem_lookup('sec.c1')$$, '42501', NULL, 'monitor: cannot call idem_lookup');
+RESET ROLE;
+
+-- machine_admin: define and drop; attach needs TRIGGER on the table, detach its ownership
+CREATE TABLE sec_madmin_own (id int PRIMARY KEY, st text);
+ALTER TABLE sec_madmin_own OWNER TO regress_idem_sec_madmin;
+SET LOCAL ROLE regress_idem_sec_madmin;
+SELECT lives_ok($$SELECT idem_define_machine('sec.m2', '{"a": ["b"]}')$$, 'machine_admin: defines a machine');
+SELECT lives_ok($$SELECT idem_attach_machine('sec_madmin_own', 'st', 'sec.m2')$$, 'machine_admin: attaches it to a table it owns');
+SELECT throws_ok($$SELECT idem_attach_machine('sec_plain', 'st', 'sec.m2')$$, '42501', 'permission denied for table sec_plain',
+                 'machine_admin: cannot attach to a table without TRIGGER privilege');
+SELECT throws_ok($$SELECT idem_detach_machine('sec_attached', 'st')$$, '42501', 'must be owner of relation sec_attached',
+                 'machine_admin: cannot detach from a table it does not own');
+SELECT lives_ok($$SELECT idem_detach_machine('sec_madmin_own', 'st')$$, 'machine_admin: detaches from its own table');
+SELECT lives_ok($$SELECT idem_drop_machine('sec.m2')$$, 'machine_admin: drops the machine');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.r1', '\x01')$$, '42501', NULL, 'machine_admin: cannot claim');
+SELECT throws_ok($$SELECT idem_purge()$$, '42501', NULL, 'machine_admin: cannot purge');
+RESET ROLE;
+-- the regclass arguments: the caller's own privileges on the table decide
+GRANT TRIGGER ON sec_plain TO regress_idem_sec_madmin;
+SET LOCAL ROLE regress_idem_sec_madmin;
+SELECT throws_ok($$SELECT idem_attach_machine('sec_plain', 'st', 'sec.m')$$, '42501', 'permission denied for table sec_plain',
+                 'with TRIGGER but without SELECT, attach (validate => true) is refused');
+SELECT lives_ok($$SELECT idem_attach_machine('sec_plain', 'st', 'sec.m', validate => false)$$,
+                'with TRIGGER, attach without validation works');
+RESET ROLE;
+SELECT idem_detach_machine('sec_plain', 'st');
+GRANT SELECT ON sec_plain TO regress_idem_sec_madmin;
+SET LOCAL ROLE regress_idem_sec_madmin;
+SELECT throws_ok($$SELECT idem_attach_machine('sec_plain', 'st', 'sec.m', log => true)$$, '42501',
+                 'permission denied for schema public',
+                 'with log => true, the caller needs CREATE on the table''s schema');
+RESET ROLE;
+-- idem_transition with UPDATE but not SELECT on the table
+GRANT UPDATE ON sec_attached TO regress_idem_sec_client;
+INSERT INTO sec_attached VALUES (1, 'a');
+SET LOCAL ROLE regress_idem_sec_client;
+SELECT throws_ok($$SELECT idem_transition('sec_attached', '1', 'b')$$, '42501', 'permission denied for table sec_attached',
+                 'idem_transition needs SELECT as well as UPDATE on the table');
+RESET ROLE;
+GRANT SELECT ON sec_attached TO regress_idem_sec_client;
+SET LOCAL ROLE regress_idem_sec_client;
+SELECT is(idem_transition('sec_attached', '1', 'b'), 'applied', 'with both, it moves the row');
+RESET ROLE;
+
+-- idem_grant's arguments
+SELECT throws_ok($$SELECT idem_grant('superuser', 'regress_idem_sec_nobody')$$, '22023', 'unknown kind of user "superuser"',
+                 'idem_grant refuses an unknown kind');
+SELECT throws_ok($$SELECT idem_grant(NULL, 'regress_idem_sec_nobody')$$, '22004', NULL, 'idem_grant refuses a NULL kind');
+SELECT throws_ok($$SELECT idem_grant('client', NULL)$$, '22004', NULL, 'idem_grant refuses a NULL role');
+SELECT throws_ok($$SELECT idem_grant('client', 'regress_idem_sec_no_such_role')$$, '42704', NULL,
+                 'idem_grant refuses a role that does not exist');
+SELECT throws_ok($$SELECT idem_grant('client', 'public')$$, '42704', NULL, 'PUBLIC is no role idem_grant grants to');
+SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_nobody')$$, 'none of these granted anything');
+-- a role that may execute idem_grant but holds no grant options hands out nothing
+SET LOCAL ROLE regress_idem_sec_exec;
+SET LOCAL client_min_messages = error;     -- GRANT without grant options warns before it fails
+SELECT throws_ok($$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$, '42501', NULL,
+                 'idem_grant runs with the caller''s privileges: without grant options it fails');
+SELECT throws_ok($$SELECT idem_tenant_isolation()$$, '42501', 'must be owner of table idempotency_records',
+                 'and so does idem_tenant_isolation for a role that does not own the tables');
+RESET ROLE;
+RESET client_min_messages;
+SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_nobody')$$, 'still nothing granted');
+
+-- idem_revoke_all
+SELECT lives_ok($$SELECT idem_grant('reader', 'regress_idem_sec_client')$$, 'a second kind for the client role');
+SELECT lives_ok($$SELECT idem_revoke_all('regress_idem_sec_client')$$, 'idem_revoke_all');
+SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$,
+                'idem_revoke_all leaves the role no privilege on the extension''s objects or schema');
+SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_client') c$$,
+                'and the former client is refused every function');
+SELECT lives_ok($$SELECT idem_revoke_all('"regress_idem_sec we''ird; role"')$$, 'idem_revoke_all of the odd name');
+SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec we''ird; role')$$, 'which has nothing left either');
+SELECT ok(idem_revoke_all(NULL)::text IS NULL, 'idem_revoke_all(NULL) does nothing (STRICT)');
+SELECT isnt_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
+                  'the other roles keep theirs');
+
+-- purges moved the token epoch (not transactional); later files expect token 1
+DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;
+SELECT * FROM finish();
+ROLLBACK;
