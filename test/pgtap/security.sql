@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(113);
+SELECT plan(178);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -34,6 +34,17 @@ EXCEPTION WHEN OTHERS THEN
 END
 $fn$;
 GRANT EXECUTE ON FUNCTION pg_temp.sqlstate_of(pg_catalog.text) TO PUBLIC;
+-- The number of rows a statement processed.
+CREATE FUNCTION pg_temp.row_count(sql text) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE sql;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$fn$;
+GRANT EXECUTE ON FUNCTION pg_temp.row_count(text) TO PUBLIC;
 
 -- Expired rows committed by others would be counted by the purges below;
 -- purging moves the token epoch (not transactional): it is put back at the end.
@@ -472,6 +483,248 @@ SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec we''ird; rol
 SELECT ok(idem_revoke_all(NULL)::text IS NULL, 'idem_revoke_all(NULL) does nothing (STRICT)');
 SELECT isnt_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
                   'the other roles keep theirs');
+
+-- 3. tenant isolation ----------------------------------------------------------------------------
+-- The C code reads the record through the primary key without the executor
+-- only for a role with table-level SELECT and no policy in force; any other
+-- role goes through SPI, which applies column privileges and policies.
+CREATE ROLE regress_idem_sec_colsel;
+GRANT EXECUTE ON FUNCTION idem_lookup(text, text), idem_claim(text, bytea, interval, text, interval, boolean)
+    TO regress_idem_sec_colsel;
+GRANT SELECT (scope, key), INSERT ON idempotency_records TO regress_idem_sec_colsel;
+SET LOCAL ROLE regress_idem_sec_colsel;
+SELECT throws_ok($$SELECT * FROM idem_lookup('sec.c3')$$, '42501', 'permission denied for table idempotency_records',
+                 'SELECT on two columns only: idem_lookup is refused (no direct read of the whole row)');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.c3', '\x02')$$, '42501', 'permission denied for table idempotency_records',
+                 'and so is idem_claim');
+RESET ROLE;
+GRANT SELECT ON idempotency_records TO regress_idem_sec_colsel;
+SET LOCAL ROLE regress_idem_sec_colsel;
+SELECT is((SELECT count(*) FROM idem_lookup('sec.c3')), 1::bigint, 'with SELECT on the table, the same lookup works');
+RESET ROLE;
+
+-- tokens below start at 1
+DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;
+CREATE ROLE regress_idem_sec_ta;
+CREATE ROLE regress_idem_sec_tb;
+DO $$
+BEGIN
+    PERFORM idem_grant(k, r)
+    FROM unnest('{client,reconciler,consumer,maintenance,monitor}'::text[]) k,
+         unnest('{regress_idem_sec_ta,regress_idem_sec_tb}'::regrole[]) r;
+END
+$$;
+SELECT results_eq($$SELECT relname::text COLLATE "default", relrowsecurity, relforcerowsecurity FROM pg_class
+                    WHERE oid IN ('idempotency_records'::regclass, 'idem_inbox'::regclass, 'idem_inbox_streams'::regclass)
+                    ORDER BY 1$$,
+                  $$VALUES ('idem_inbox', false, false), ('idem_inbox_streams', false, false),
+                           ('idempotency_records', false, false)$$,
+                  'after the install, row-level security is off');
+SELECT lives_ok($$SELECT idem_tenant_isolation()$$, 'idem_tenant_isolation() turns tenant isolation on');
+SELECT results_eq($$SELECT relname::text COLLATE "default", relrowsecurity, relforcerowsecurity FROM pg_class
+                    WHERE oid IN ('idempotency_records'::regclass, 'idem_inbox'::regclass, 'idem_inbox_streams'::regclass)
+                    ORDER BY 1$$,
+                  $$VALUES ('idem_inbox', true, true), ('idem_inbox_streams', true, true),
+                           ('idempotency_records', true, true)$$,
+                  'row-level security is enabled and forced on the three tables');
+
+-- tenant B's records and messages, written by B under isolation
+SET LOCAL ROLE regress_idem_sec_tb;
+SET LOCAL idempotency.scope = 'tB';
+SELECT lives_ok($$SELECT idem_complete('sec.t1', (SELECT token FROM idem_claim('sec.t1', '\x0b', scope => 'tB')),
+                                       '{"secret": "b"}', scope => 'tB')$$, 'B: claims and completes sec.t1');
+SELECT token AS b2_token FROM idem_claim('sec.t2', '\x0b', '1 hour', scope => 'tB') \gset
+SELECT lives_ok($$SELECT idem_mark_unknown('sec.t3', (SELECT token FROM idem_claim('sec.t3', '\x0b', scope => 'tB')),
+                                           '{"b": "timeout"}', scope => 'tB')$$, 'B: an unknown outcome');
+SELECT lives_ok($$SELECT idem_complete('sec.t4', (SELECT token FROM idem_claim('sec.t4', '\x0b', scope => 'tB')),
+                                       scope => 'tB')$$, 'B: sec.t4, which will expire');
+SELECT results_eq($$SELECT idem_inbox_accept('tB/orders', 'm1'), idem_inbox_accept('tB', 'm2'),
+                           idem_inbox_accept_seq('tB/orders', 's', 5)$$,
+                  $$VALUES (true, true, 'new')$$, 'B: accepts messages as "tB" and "tB/orders"');
+SELECT is((SELECT count(*) FROM idempotency_records), 4::bigint, 'B sees its four records');
+RESET ROLE;
+-- tenant A's
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT lives_ok($$SELECT idem_complete('sec.t1', (SELECT token FROM idem_claim('sec.t1', '\x0a', scope => 'tA')),
+                                       '{"secret": "a"}', scope => 'tA')$$, 'A: the same key in its own scope');
+SELECT lives_ok($$SELECT idem_mark_unknown('sec.t3', (SELECT token FROM idem_claim('sec.t3', '\x0a', scope => 'tA')),
+                                           '{"a": "timeout"}', scope => 'tA')$$, 'A: an unknown outcome');
+SELECT lives_ok($$SELECT idem_complete('sec.t4', (SELECT token FROM idem_claim('sec.t4', '\x0a', scope => 'tA')),
+                                       scope => 'tA')$$, 'A: sec.t4, which will expire');
+SELECT is(idem_inbox_accept('tA/orders', 'm1'), true, 'A: accepts a message as "tA/orders"');
+RESET ROLE;
+UPDATE idempotency_records SET expires_at = now() - interval '1 day', purge_after = now() - interval '1 day'
+WHERE key = 'sec.t4';
+UPDATE idem_inbox SET expires_at = now() - interval '1 day' WHERE message_id = 'm1' AND consumer IN ('tA/orders', 'tB/orders');
+SELECT results_eq($$SELECT scope COLLATE "default", count(*) FROM idempotency_records WHERE key LIKE 'sec.t%' GROUP BY scope ORDER BY 1$$,
+                  $$VALUES ('tA', 3::bigint), ('tB', 4)$$,
+                  'a superuser bypasses row-level security: it sees both tenants');
+
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT results_eq($$SELECT DISTINCT scope COLLATE "default" FROM idempotency_records$$, $$VALUES ('tA')$$,
+                  'A reads only its own scope from the table');
+SELECT is_empty($$SELECT * FROM idem_lookup('sec.t1', 'tB')$$, 'A cannot look up B''s record');
+SELECT is((SELECT result FROM idem_lookup('sec.t1', 'tA')), '{"secret": "a"}'::jsonb, 'A looks up its own');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t1', '\x0b', scope => 'tB')$$, '42501',
+                 'new row violates row-level security policy for table "idempotency_records"',
+                 'A cannot replay B''s record: the claim fails with 42501, no result is returned');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t9', '\x0b', scope => 'tB')$$, '42501', NULL,
+                 'A cannot create a record in B''s scope');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t2', '\x0b', scope => 'tB', wait => false)$$, '42501', NULL,
+                 'a wait => false claim of B''s processing key fails the same way, it does not answer in_progress');
+SELECT throws_ok(format($$SELECT idem_complete('sec.t2', %s, '{"forged": true}', scope => 'tB')$$, :b2_token),
+                 'IK004', 'idempotency key "sec.t2" does not exist',
+                 'A cannot complete B''s record, even with B''s token: for A it does not exist');
+SELECT throws_ok(format($$SELECT idem_fail('sec.t2', %s, '{}', scope => 'tB')$$, :b2_token), 'IK004', NULL, 'nor fail it');
+SELECT throws_ok(format($$SELECT idem_checkpoint('sec.t2', %s, 'x', scope => 'tB')$$, :b2_token), 'IK004', NULL,
+                 'nor checkpoint it');
+SELECT throws_ok(format($$SELECT idem_release('sec.t2', %s, scope => 'tB')$$, :b2_token), 'IK004', NULL, 'nor release it');
+SELECT throws_ok(format($$SELECT idem_mark_unknown('sec.t2', %s, '{}', scope => 'tB')$$, :b2_token), 'IK004', NULL,
+                 'nor mark it unknown');
+SELECT throws_ok($$SELECT idem_resolve('sec.t3', 'succeeded', scope => 'tB')$$, 'IK004', NULL,
+                 'nor resolve B''s unknown outcome');
+SELECT is_empty($$SELECT * FROM idem_await('sec.t1', 'tB', '0')$$, 'idem_await of B''s finished record returns nothing');
+SELECT is_empty($$SELECT * FROM idem_await('sec.t2', 'tB', '10 s')$$,
+                'idem_await of B''s processing record returns nothing (and does not wait for it)');
+SELECT results_eq($$SELECT key COLLATE "default", scope COLLATE "default" FROM idem_stuck WHERE key LIKE 'sec.t%'$$,
+                  $$VALUES ('sec.t3', 'tA')$$, 'idem_stuck shows A only its own unknown outcome');
+SELECT results_eq($$SELECT DISTINCT scope COLLATE "default" FROM idem_summary$$, $$VALUES ('tA')$$,
+                  'idem_summary counts only A''s scope');
+SELECT is(idem_purge(), 2::bigint, 'A''s purge deletes A''s expired record and message, and nothing of B''s');
+-- the inbox
+SELECT throws_ok($$SELECT idem_inbox_accept('tB/orders', 'm1')$$, '42501',
+                 'new row violates row-level security policy for table "idem_inbox"',
+                 'A cannot accept a message as B''s consumer "tB/orders"');
+SELECT throws_ok($$SELECT idem_inbox_accept('tB', 'm3')$$, '42501', NULL, 'nor as "tB"');
+SELECT throws_ok($$SELECT idem_inbox_accept('tAB', 'm1')$$, '42501', NULL,
+                 'nor as "tAB": a consumer belongs to tA only as "tA" or "tA/..."');
+SELECT is(idem_inbox_accept('tA', 'm9'), true, 'A accepts as "tA"');
+SELECT throws_ok($$SELECT idem_inbox_accept_seq('tB/orders', 's', 6)$$, '42501',
+                 'new row violates row-level security policy for table "idem_inbox_streams"',
+                 'A cannot advance B''s watermark');
+SELECT throws_ok($$SELECT idem_inbox_accept_seq('tB/orders', 's', 5)$$, '42501', NULL,
+                 'nor learn that a sequence number is a duplicate for B');
+SELECT is(idem_inbox_watermark('tB/orders', 's'), NULL, 'B''s watermark reads as NULL');
+SELECT is((SELECT count(*) FROM idem_inbox WHERE consumer NOT LIKE 'tA%'), 0::bigint, 'A reads none of B''s messages');
+-- the table itself
+SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET result = '{"forged": true}' WHERE scope = 'tB'$$), 0::bigint,
+          'an UPDATE of B''s rows changes nothing');
+SELECT is(pg_temp.row_count($$DELETE FROM idempotency_records WHERE scope = 'tB'$$), 0::bigint,
+          'a DELETE of B''s rows deletes nothing');
+SELECT throws_ok($$UPDATE idempotency_records SET scope = 'tB' WHERE key = 'sec.t1'$$, '42501', NULL,
+                 'A cannot move its own record into B''s scope');
+-- without a scope
+SET LOCAL idempotency.scope = '';
+SELECT is((SELECT count(*) FROM idempotency_records), 0::bigint, 'with idempotency.scope empty, A sees no record');
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t8', '\x0a')$$, '42501', NULL, 'and can write none, not even in scope ''''');
+RESET idempotency.scope;
+SELECT is((SELECT count(*) FROM idempotency_records), 0::bigint, 'with idempotency.scope reset, none either');
+RESET ROLE;
+SELECT results_eq($$SELECT scope COLLATE "default", key COLLATE "default", status::text, token, result
+                    FROM idempotency_records WHERE scope = 'tB' ORDER BY key$$,
+                  format($$VALUES ('tB', 'sec.t1', 'succeeded', 1::bigint, '{"secret": "b"}'::jsonb),
+                                  ('tB', 'sec.t2', 'processing', %s, NULL), ('tB', 'sec.t3', 'unknown', 1, NULL),
+                                  ('tB', 'sec.t4', 'succeeded', 1, NULL)$$, :b2_token),
+                  'B''s records are as B left them, the expired one included');
+SELECT results_eq($$SELECT consumer COLLATE "default", message_id COLLATE "default" FROM idem_inbox
+                    WHERE consumer LIKE 't%' ORDER BY 1, 2$$,
+                  $$VALUES ('tA', 'm9'), ('tB', 'm2'), ('tB/orders', 'm1')$$,
+                  'B''s messages are all there, its expired one too; A''s expired one is purged');
+SELECT is((SELECT watermark FROM idem_inbox_streams WHERE consumer = 'tB/orders'), 5::bigint, 'B''s watermark is 5');
+
+-- idem_consumer_in_scope
+SET LOCAL idempotency.scope = 'tA';
+SELECT results_eq($$SELECT c, idem_consumer_in_scope(c) FROM unnest('{tA,tA/x,tA/x/y,tAB,tB/x,tB,"",/tA}'::text[]) c$$,
+                  $$VALUES ('tA', true), ('tA/x', true), ('tA/x/y', true), ('tAB', false), ('tB/x', false),
+                           ('tB', false), ('', false), ('/tA', false)$$,
+                  'a consumer belongs to tenant tA when it is "tA" or starts with "tA/"');
+SET LOCAL idempotency.scope = '';
+SELECT is_empty($$SELECT c FROM unnest('{tA,tA/x,"",/}'::text[]) c WHERE idem_consumer_in_scope(c)$$,
+                'with no scope, no consumer belongs to the session');
+RESET idempotency.scope;
+
+-- Policies of one's own.  One that lets a role insert into any scope does
+-- not open B's scope to A: the claim's INSERT ... ON CONFLICT (scope, key)
+-- needs SELECT on the key columns, so PostgreSQL checks the new row against
+-- the SELECT policies too.
+CREATE POLICY sec_insert_anywhere ON idempotency_records AS PERMISSIVE FOR INSERT TO regress_idem_sec_ta
+    WITH CHECK (true);
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t1', '\x0b', scope => 'tB')$$, '42501',
+                 'new row violates row-level security policy for table "idempotency_records"',
+                 'a policy that lets A insert anywhere: the claim in B''s scope still fails with 42501');
+RESET ROLE;
+-- One that also shows A every processing record, whatever its scope: the
+-- new row passes, but it conflicts with B's finished record, which A cannot
+-- see.  The claim says so instead of retrying into a 40001.
+CREATE POLICY sec_see_processing ON idempotency_records AS PERMISSIVE FOR SELECT TO regress_idem_sec_ta
+    USING (status = 'processing');
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT throws_ok($$SELECT * FROM idem_claim('sec.t1', '\x0b', scope => 'tB')$$, '42501',
+                 'idempotency key "sec.t1" exists in scope "tB", but row-level security hides it',
+                 'a claim whose INSERT conflicts with a row that a policy hides fails with 42501, not 40001');
+RESET ROLE;
+DROP POLICY sec_insert_anywhere ON idempotency_records;
+DROP POLICY sec_see_processing ON idempotency_records;
+SELECT results_eq($$SELECT status::text, result FROM idempotency_records WHERE scope = 'tB' AND key = 'sec.t1'$$,
+                  $$VALUES ('succeeded', '{"secret": "b"}'::jsonb)$$, 'and B''s record was not touched');
+
+-- idem_transition applies the policies of the governed table
+CREATE TABLE sec_tenant_orders (id int PRIMARY KEY, tenant text, st text);
+SELECT idem_attach_machine('sec_tenant_orders', 'st', 'sec.m');
+INSERT INTO sec_tenant_orders VALUES (1, 'tA', 'a'), (2, 'tB', 'a');
+ALTER TABLE sec_tenant_orders ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+CREATE POLICY by_tenant ON sec_tenant_orders USING (tenant = current_setting('idempotency.scope', true));
+GRANT SELECT, UPDATE ON sec_tenant_orders TO regress_idem_sec_ta;
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT throws_ok($$SELECT idem_transition('sec_tenant_orders', '2', 'b')$$, 'P0002',
+                 'no row of table "sec_tenant_orders" has key (2)', 'A cannot move B''s row: for A it does not exist');
+SELECT is(idem_transition('sec_tenant_orders', '1', 'b'), 'applied', 'A moves its own');
+RESET ROLE;
+SELECT results_eq($$SELECT id, st FROM sec_tenant_orders ORDER BY id$$, $$VALUES (1, 'b'), (2, 'a')$$,
+                  'B''s row did not move');
+
+-- FORCE binds a table owner that is not a superuser
+CREATE ROLE regress_idem_sec_owner;
+ALTER TABLE idempotency_records OWNER TO regress_idem_sec_owner;
+GRANT EXECUTE ON FUNCTION idem_lookup(text, text) TO regress_idem_sec_owner;
+SET LOCAL ROLE regress_idem_sec_owner;
+SET LOCAL idempotency.scope = 'tA';
+SELECT is((SELECT count(*) FROM idempotency_records WHERE scope = 'tB'), 0::bigint,
+          'the owner of the table, not a superuser, is bound by the policy (FORCE)');
+SELECT is_empty($$SELECT * FROM idem_lookup('sec.t1', 'tB')$$, 'and idem_lookup shows it nothing of B');
+RESET ROLE;
+ALTER TABLE idempotency_records NO FORCE ROW LEVEL SECURITY;
+SET LOCAL ROLE regress_idem_sec_owner;
+SET LOCAL idempotency.scope = 'tA';
+SELECT is((SELECT count(*) FROM idem_lookup('sec.t1', 'tB')), 1::bigint,
+          'without FORCE the owner would see B''s record: FORCE is what binds it');
+RESET ROLE;
+ALTER TABLE idempotency_records FORCE ROW LEVEL SECURITY;
+ALTER TABLE idempotency_records OWNER TO CURRENT_USER;
+
+-- BYPASSRLS
+CREATE ROLE regress_idem_sec_bypass BYPASSRLS;
+SELECT idem_grant('reader', 'regress_idem_sec_bypass');
+SET LOCAL ROLE regress_idem_sec_bypass;
+SET LOCAL idempotency.scope = 'tA';
+SELECT is((SELECT count(*) FROM idem_lookup('sec.t1', 'tB')), 1::bigint, 'a BYPASSRLS role is not bound');
+RESET ROLE;
+
+-- off again
+SELECT lives_ok($$SELECT idem_tenant_isolation(false)$$, 'idem_tenant_isolation(false) turns it off');
+SELECT results_eq($$SELECT bool_or(relrowsecurity), bool_or(relforcerowsecurity) FROM pg_class
+                    WHERE oid IN ('idempotency_records'::regclass, 'idem_inbox'::regclass, 'idem_inbox_streams'::regclass)$$,
+                  $$VALUES (false, false)$$, 'row-level security is off on the three tables');
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT is((SELECT count(*) FROM idem_lookup('sec.t1', 'tB')), 1::bigint, 'and A sees B''s record again');
+RESET ROLE;
 
 -- purges moved the token epoch (not transactional); later files expect token 1
 DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;
