@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(178);
+SELECT plan(184);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -715,6 +715,8 @@ SET LOCAL ROLE regress_idem_sec_bypass;
 SET LOCAL idempotency.scope = 'tA';
 SELECT is((SELECT count(*) FROM idem_lookup('sec.t1', 'tB')), 1::bigint, 'a BYPASSRLS role is not bound');
 RESET ROLE;
+SELECT is(idem_purge(), 2::bigint,
+          'a superuser (the purge worker) is not bound either: its purge removes B''s expired record and message');
 
 -- off again
 SELECT lives_ok($$SELECT idem_tenant_isolation(false)$$, 'idem_tenant_isolation(false) turns it off');
@@ -725,6 +727,461 @@ SET LOCAL ROLE regress_idem_sec_ta;
 SET LOCAL idempotency.scope = 'tA';
 SELECT is((SELECT count(*) FROM idem_lookup('sec.t1', 'tB')), 1::bigint, 'and A sees B''s record again');
 RESET ROLE;
+
+-- 4. search_path -----------------------------------------------------------------------------------
+-- A schema "evil", put first on search_path (ahead of pg_catalog, and
+-- after it), holds look-alikes of what the extension uses: operators on
+-- every type it compares or computes with (and on idem_status, which beat
+-- pg_catalog's anyenum ones even behind it), functions, aggregates, types,
+-- and views named like the extension's tables and the catalogs.  Each logs
+-- its use into sec_canary.log and then behaves like the original, so an
+-- attack would go unnoticed but for the log.  Temporary views shadow the
+-- extension's tables too (pg_temp comes first for relations).  The whole
+-- lifecycle runs under that search_path, as a superuser and as a tenant; the
+-- log must stay empty and every result must be right.
+CREATE SCHEMA sec_canary;
+CREATE TABLE sec_canary.log (what text);
+CREATE TABLE sec_canary.x (canary int);      -- the table the hostile names of part 5 try to drop
+GRANT USAGE ON SCHEMA sec_canary TO PUBLIC;
+GRANT INSERT, SELECT ON sec_canary.log TO PUBLIC;
+CREATE SCHEMA evil;
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+CREATE FUNCTION evil.log(what text) RETURNS boolean LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO sec_canary.log VALUES (what);
+    RETURN true;
+END
+$$;
+
+-- operators
+DO $do$
+DECLARE
+    o record;
+    n int := 0;
+BEGIN
+    FOR o IN
+        SELECT oprname, oprleft::regtype::text AS l, oprright::regtype::text AS r, oprresult::regtype::text AS res
+        FROM pg_operator
+        WHERE oprnamespace = 'pg_catalog'::regnamespace AND oprkind = 'b'
+          AND oprname IN ('=', '<>', '<', '<=', '>', '>=', '+', '-', '||', '~~', '!~~', '->>', '->', '#>>')
+          AND oprleft::regtype::text IN ('text', 'bytea', 'bigint', 'integer', 'timestamp with time zone', 'jsonb',
+                                         'name', 'oid', 'boolean', 'tid', 'anyenum', 'anyarray', 'interval', 'xid8')
+          AND oprright::regtype::text IN ('text', 'bytea', 'bigint', 'integer', 'timestamp with time zone', 'jsonb',
+                                          'name', 'oid', 'boolean', 'tid', 'anyenum', 'anyarray', 'interval', 'xid8',
+                                          'text[]')
+        UNION ALL
+        SELECT op, 'idem_status', 'idem_status', 'boolean' FROM unnest('{=,<>,<,<=,>,>=}'::text[]) op
+    LOOP
+        n := n + 1;
+        EXECUTE format('CREATE FUNCTION evil.op_%s(a %s, b %s) RETURNS %s LANGUAGE plpgsql '
+                       'SET search_path = pg_catalog, pg_temp AS $f$ BEGIN PERFORM evil.log(%L); '
+                       'RETURN a OPERATOR(pg_catalog.%s) b; END $f$',
+                       n, o.l, o.r, o.res, format('operator %s(%s, %s)', o.oprname, o.l, o.r), o.oprname);
+        EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op_%s)',
+                       o.oprname, o.l, o.r, n);
+    END LOOP;
+END
+$do$;
+
+-- functions, each logging its call and then doing what the original does
+DO $do$
+DECLARE
+    f text[];
+BEGIN
+    FOREACH f SLICE 1 IN ARRAY ARRAY[
+        -- name and arguments, result, body
+        ['now()', 'timestamptz', 'RETURN pg_catalog.now()'],
+        ['clock_timestamp()', 'timestamptz', 'RETURN pg_catalog.clock_timestamp()'],
+        ['current_setting(a text)', 'text', 'RETURN pg_catalog.current_setting(a)'],
+        ['current_setting(a text, b boolean)', 'text', 'RETURN pg_catalog.current_setting(a, b)'],
+        ['nextval(a regclass)', 'bigint', 'RETURN pg_catalog.nextval(a)'],
+        ['setval(a regclass, b bigint)', 'bigint', 'RETURN pg_catalog.setval(a, b)'],
+        ['pg_sequence_last_value(a regclass)', 'bigint', 'RETURN pg_catalog.pg_sequence_last_value(a)'],
+        ['starts_with(a text, b text)', 'boolean', 'RETURN pg_catalog.starts_with(a, b)'],
+        ['format(a text)', 'text', 'RETURN pg_catalog.format(a)'],
+        ['format(a text, b text)', 'text', 'RETURN pg_catalog.format(a, b)'],
+        ['format(a text, b text, c text)', 'text', 'RETURN pg_catalog.format(a, b, c)'],
+        ['format(a text, b name, c regclass)', 'text', 'RETURN pg_catalog.format(a, b, c)'],
+        ['quote_ident(a text)', 'text', 'RETURN pg_catalog.quote_ident(a)'],
+        ['quote_literal(a text)', 'text', 'RETURN pg_catalog.quote_literal(a)'],
+        ['concat(a text, b text)', 'text', 'RETURN pg_catalog.concat(a, b)'],
+        ['to_jsonb(a anyelement)', 'jsonb', 'RETURN pg_catalog.to_jsonb(a)'],
+        ['jsonb_typeof(a jsonb)', 'text', 'RETURN pg_catalog.jsonb_typeof(a)'],
+        ['jsonb_build_object(a text, b jsonb)', 'jsonb', 'RETURN pg_catalog.jsonb_build_object(a, b)'],
+        ['array_position(a anyarray, b anyelement)', 'integer', 'RETURN pg_catalog.array_position(a, b)'],
+        ['cardinality(a anyarray)', 'integer', 'RETURN pg_catalog.cardinality(a)'],
+        ['octet_length(a text)', 'integer', 'RETURN pg_catalog.octet_length(a)'],
+        ['length(a text)', 'integer', 'RETURN pg_catalog.length(a)'],
+        ['md5(a text)', 'text', 'RETURN pg_catalog.md5(a)'],
+        ['left(a text, b integer)', 'text', 'RETURN pg_catalog.left(a, b)'],
+        ['replace(a text, b text, c text)', 'text', 'RETURN pg_catalog.replace(a, b, c)'],
+        ['lower(a text)', 'text', 'RETURN pg_catalog.lower(a)'],
+        ['pg_current_xact_id()', 'xid8', 'RETURN pg_catalog.pg_current_xact_id()'],
+        ['pg_extension_config_dump(a regclass, b text)', 'void', 'PERFORM pg_catalog.pg_extension_config_dump(a, b)'],
+        ['has_table_privilege(a regclass, b text)', 'boolean', 'RETURN pg_catalog.has_table_privilege(a, b)'],
+        -- the extension's own functions, as the extension calls them
+        ['idem_object_name(a text, b text, c text)', 'name', 'RETURN a || b || c'],
+        ['idem_trigger_arg(a bytea, b integer)', 'text', 'RETURN NULL'],
+        ['idem_inbox_seq(a bigint, b integer)', 'bigint', 'RETURN a * 1048576 + b'],
+        ['idem_consumer_in_scope(a text)', 'boolean', 'RETURN true'],
+        ['idem_inbox_accept_seq(a text, b text, c bigint, d boolean)', 'text', 'RETURN ''new'''],
+        ['idem_fingerprint(a jsonb)', 'bytea', 'RETURN ''\x00''::bytea']]
+    LOOP
+        EXECUTE format('CREATE FUNCTION evil.%s RETURNS %s LANGUAGE plpgsql '
+                       'SET search_path = pg_catalog, pg_temp AS $f$ BEGIN PERFORM evil.log(%L); %s; END $f$',
+                       f[1], f[2], 'function ' || f[1], f[3]);
+    END LOOP;
+END
+$do$;
+CREATE FUNCTION evil.jsonb_each(a jsonb) RETURNS TABLE (key text, value jsonb) LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function jsonb_each'); RETURN QUERY SELECT * FROM pg_catalog.jsonb_each(a); END $$;
+CREATE FUNCTION evil.jsonb_array_elements(a jsonb) RETURNS SETOF jsonb LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function jsonb_array_elements'); RETURN QUERY SELECT * FROM pg_catalog.jsonb_array_elements(a); END $$;
+CREATE FUNCTION evil.jsonb_array_elements_text(a jsonb) RETURNS SETOF text LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function jsonb_array_elements_text'); RETURN QUERY SELECT * FROM pg_catalog.jsonb_array_elements_text(a); END $$;
+CREATE FUNCTION evil.unnest(a anyarray) RETURNS SETOF anyelement LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function unnest'); RETURN QUERY SELECT * FROM pg_catalog.unnest(a); END $$;
+CREATE FUNCTION evil.regexp_split_to_table(a text, b text) RETURNS SETOF text LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function regexp_split_to_table'); RETURN QUERY SELECT * FROM pg_catalog.regexp_split_to_table(a, b); END $$;
+CREATE FUNCTION evil.idem_machine_states(a text) RETURNS TABLE (state text, initial boolean, terminal boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function idem_machine_states'); END $$;
+CREATE FUNCTION evil.idem_enforce_transition() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function idem_enforce_transition'); RETURN NEW; END $$;
+CREATE FUNCTION evil.idem_log_transition() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('function idem_log_transition'); RETURN NULL; END $$;
+
+-- aggregates
+CREATE FUNCTION evil.count_step(s bigint) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate count(*)'); RETURN s + 1; END $$;
+CREATE AGGREGATE evil.count(*) (SFUNC = evil.count_step, STYPE = bigint, INITCOND = '0');
+CREATE FUNCTION evil.sum_step(s bigint, v integer) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate sum(integer)'); RETURN coalesce(s, 0) + v; END $$;
+CREATE AGGREGATE evil.sum(integer) (SFUNC = evil.sum_step, STYPE = bigint);
+CREATE FUNCTION evil.min_step(s timestamptz, v timestamptz) RETURNS timestamptz LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate min(timestamptz)'); RETURN least(s, v); END $$;
+CREATE AGGREGATE evil.min(timestamptz) (SFUNC = evil.min_step, STYPE = timestamptz);
+CREATE FUNCTION evil.string_agg_step(s text, v text, d text) RETURNS text LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate string_agg(text, text)'); RETURN CASE WHEN s IS NULL THEN v ELSE s || d || v END; END $$;
+CREATE AGGREGATE evil.string_agg(text, text) (SFUNC = evil.string_agg_step, STYPE = text);
+CREATE FUNCTION evil.array_agg_step(s text[], v text) RETURNS text[] LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate array_agg(text)'); RETURN array_append(s, v); END $$;
+CREATE AGGREGATE evil.array_agg(text) (SFUNC = evil.array_agg_step, STYPE = text[]);
+CREATE FUNCTION evil.jsonb_object_agg_step(s jsonb, k text, v jsonb) RETURNS jsonb LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM evil.log('aggregate jsonb_object_agg(text, jsonb)'); RETURN coalesce(s, '{}') || jsonb_build_object(k, v); END $$;
+CREATE AGGREGATE evil.jsonb_object_agg(text, jsonb) (SFUNC = evil.jsonb_object_agg_step, STYPE = jsonb);
+
+-- types
+CREATE DOMAIN evil.text AS pg_catalog.text CHECK (evil.log('type text'));
+CREATE DOMAIN evil.name AS pg_catalog.name CHECK (evil.log('type name'));
+CREATE DOMAIN evil.jsonb AS pg_catalog.jsonb CHECK (evil.log('type jsonb'));
+CREATE DOMAIN evil.bytea AS pg_catalog.bytea CHECK (evil.log('type bytea'));
+CREATE DOMAIN evil.regclass AS pg_catalog.regclass CHECK (evil.log('type regclass'));
+CREATE DOMAIN evil.regprocedure AS pg_catalog.regprocedure CHECK (evil.log('type regprocedure'));
+CREATE DOMAIN evil.timestamptz AS pg_catalog.timestamptz CHECK (evil.log('type timestamptz'));
+CREATE DOMAIN evil.oid AS pg_catalog.oid CHECK (evil.log('type oid'));
+CREATE DOMAIN evil.xid8 AS pg_catalog.xid8 CHECK (evil.log('type xid8'));
+CREATE TYPE evil.idem_status AS ENUM ('processing', 'succeeded', 'failed', 'unknown');
+
+-- tables and catalogs, as views that log every read (and, with the check
+-- option, every write)
+DO $do$
+DECLARE
+    t text;
+BEGIN
+    -- (without the pseudo-typed columns some catalogs have)
+    FOREACH t IN ARRAY ARRAY['public.idempotency_records', 'public.idem_inbox', 'public.idem_inbox_streams',
+                             'public.idem_machines', 'public.idem_machine_moves', 'public.idem_attached_machines',
+                             'public.idem_stuck', 'public.idem_summary',
+                             'pg_catalog.pg_trigger', 'pg_catalog.pg_class', 'pg_catalog.pg_attribute',
+                             'pg_catalog.pg_index', 'pg_catalog.pg_namespace', 'pg_catalog.pg_depend',
+                             'pg_catalog.pg_proc', 'pg_catalog.pg_extension', 'pg_catalog.pg_type']
+    LOOP
+        EXECUTE format('CREATE VIEW evil.%I AS SELECT %s FROM %s WHERE evil.log(%L)%s',
+                       split_part(t, '.', 2),
+                       (SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+                        WHERE attrelid = t::regclass AND attnum > 0 AND NOT attisdropped
+                          AND atttypid <> 'anyarray'::regtype),
+                       t, 'relation ' || t,
+                       CASE WHEN t LIKE 'public.idem%' AND t NOT IN ('public.idem_attached_machines', 'public.idem_stuck',
+                                                                    'public.idem_summary')
+                            THEN ' WITH CASCADED CHECK OPTION' ELSE '' END);
+        EXECUTE format('GRANT ALL ON evil.%I TO PUBLIC', split_part(t, '.', 2));
+        IF t LIKE 'public.idem%' THEN
+            EXECUTE format('CREATE TEMP VIEW %I AS SELECT * FROM %s WHERE evil.log(%L)',
+                           split_part(t, '.', 2), t, 'temporary relation ' || t);
+            EXECUTE format('GRANT ALL ON pg_temp.%I TO PUBLIC', split_part(t, '.', 2));
+        END IF;
+    END LOOP;
+END
+$do$;
+CREATE SEQUENCE evil.idem_token_epoch;
+GRANT ALL ON SEQUENCE evil.idem_token_epoch TO PUBLIC;
+
+-- The planted objects are live: unqualified names on this search_path find them.
+SET LOCAL search_path = evil, pg_catalog, public;
+SELECT count(*) FROM idempotency_records \g /dev/null
+SELECT 'a'::pg_catalog.text = 'b'::pg_catalog.text, now(), 'x'::text, 'processing'::public.idem_status = 'failed' \g /dev/null
+SET LOCAL search_path = evil, public;
+SELECT 'processing'::public.idem_status = 'failed'::public.idem_status, pg_catalog.count(*) FROM idem_machines \g /dev/null
+RESET search_path;
+SELECT set_has($$SELECT DISTINCT what COLLATE "default" FROM sec_canary.log$$,
+               $$VALUES ('temporary relation public.idempotency_records'), ('temporary relation public.idem_machines'),
+                        ('aggregate count(*)'), ('function now()'), ('operator =(text, text)'), ('type text'),
+                        ('operator =(idem_status, idem_status)')$$,
+               'premise: on these search paths, unqualified names find the planted objects (even behind pg_catalog, '
+               'an operator on idem_status beats pg_catalog''s anyenum one)');
+DELETE FROM sec_canary.log;
+
+-- The lifecycle, in three steps so that time can be moved in between; every
+-- name in these bodies is qualified, so that only the extension's own
+-- resolution is on trial.  Results go to sp_out.
+CREATE TEMP TABLE sp_out (n serial, pass pg_catalog.text, label pg_catalog.text, v pg_catalog.text);
+GRANT ALL ON sp_out, sp_out_n_seq TO PUBLIC;
+CREATE TABLE sec_canary.orders_p1 (id pg_catalog.int4 PRIMARY KEY, st pg_catalog.text);
+CREATE TABLE sec_canary.pairs_p1 (a pg_catalog.text, b pg_catalog.int4, st pg_catalog.text, PRIMARY KEY (a, b));
+CREATE TABLE sec_canary.orders_p2 (LIKE sec_canary.orders_p1 INCLUDING ALL);
+CREATE TABLE sec_canary.pairs_p2 (LIKE sec_canary.pairs_p1 INCLUDING ALL);
+CREATE FUNCTION pg_temp.out(pass pg_catalog.text, label pg_catalog.text, v pg_catalog.text) RETURNS void
+LANGUAGE sql AS $fn$ INSERT INTO pg_temp.sp_out (pass, label, v) VALUES (pass, label, v) $fn$;
+
+CREATE FUNCTION pg_temp.sp_phase1(p pg_catalog.text) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    tok pg_catalog.int8;
+    v pg_catalog.text;
+    k pg_catalog.text;
+BEGIN
+    -- claims and the owner calls
+    k := pg_catalog.concat(p, '.k1');
+    SELECT c.token, c.outcome INTO tok, v FROM public.idem_claim(k, '\x01', '1 hour') c;
+    PERFORM pg_temp.out(p, 'claim k1', v);
+    PERFORM public.idem_checkpoint(k, tok, 'step 1', '1 hour');
+    PERFORM public.idem_complete(k, tok, '{"ok": 1}', 201);
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x01') c;
+    PERFORM pg_temp.out(p, 'claim k1 again', v);
+    k := pg_catalog.concat(p, '.k2');
+    SELECT c.token INTO tok FROM public.idem_claim(k, '\x01') c;
+    PERFORM public.idem_fail(k, tok, '{"e": 1}', false, response_code => 422);
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x01') c;
+    PERFORM pg_temp.out(p, 'claim k2 after a final failure', v);
+    k := pg_catalog.concat(p, '.k3');
+    SELECT c.token INTO tok FROM public.idem_claim(k, '\x01') c;
+    PERFORM public.idem_release(k, tok);
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x02') c;
+    PERFORM pg_temp.out(p, 'claim k3 after release', v);
+    k := pg_catalog.concat(p, '.k4');
+    SELECT c.token INTO tok FROM public.idem_claim(k, '\x01') c;
+    PERFORM public.idem_mark_unknown(k, tok, '{"timeout": true}');
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x01') c;
+    PERFORM pg_temp.out(p, 'claim k4 unknown', v);
+    PERFORM public.idem_resolve(k, 'succeeded', '{"reconciled": true}');
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x01') c;
+    PERFORM pg_temp.out(p, 'claim k4 resolved', v);
+    SELECT c.outcome INTO v FROM public.idem_claim(pg_catalog.concat(p, '.k5'), '\x01', '1 hour') c;
+    PERFORM pg_temp.out(p, 'claim k5', v);
+    SELECT c.outcome INTO v FROM public.idem_claim(pg_catalog.concat(p, '.k6'), '\x01', wait => false) c;
+    PERFORM pg_temp.out(p, 'claim k6 wait => false', v);
+    k := pg_catalog.concat(p, '.k7');
+    SELECT c.token INTO tok FROM public.idem_claim(k, '\x01', retention => '1 hour') c;
+    PERFORM public.idem_complete(k, tok);
+    k := pg_catalog.concat(p, '.k8');
+    SELECT c.token INTO tok FROM public.idem_claim(k, '\x01') c;
+    PERFORM public.idem_fail(k, tok, '{"e": "retry"}');
+    SELECT l.status::pg_catalog.text INTO v FROM public.idem_lookup(pg_catalog.concat(p, '.k1')) l;
+    PERFORM pg_temp.out(p, 'lookup k1', v);
+    SELECT a.status::pg_catalog.text INTO v FROM public.idem_await(pg_catalog.concat(p, '.k1'), '', '0') a;
+    PERFORM pg_temp.out(p, 'await k1', v);
+    SELECT a.status::pg_catalog.text INTO v FROM public.idem_await(pg_catalog.concat(p, '.k5'), '', '0') a;
+    PERFORM pg_temp.out(p, 'await k5', v);
+    SELECT s.reason INTO v FROM public.idem_stuck s WHERE s.key OPERATOR(pg_catalog.=) pg_catalog.concat(p, '.k4');
+    PERFORM pg_temp.out(p, 'idem_stuck k4', v);
+    SELECT s.records::pg_catalog.text INTO v FROM public.idem_summary s
+    WHERE s.scope OPERATOR(pg_catalog.=) '' AND s.status OPERATOR(pg_catalog.=) 'processing'::public.idem_status;
+    PERFORM pg_temp.out(p, 'idem_summary has processing records', (v IS NOT NULL)::pg_catalog.text);
+    SELECT public.idem_fingerprint('{"b": 2, "a": 1}'::pg_catalog.jsonb)::pg_catalog.text INTO v;
+    PERFORM pg_temp.out(p, 'fingerprint', v);
+
+    -- the inbox
+    k := pg_catalog.concat('c.', p);
+    PERFORM pg_temp.out(p, 'accept m1', public.idem_inbox_accept(k, 'm1')::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'accept m1 again', public.idem_inbox_accept(k, 'm1')::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'accept m2 wait => false', public.idem_inbox_accept(k, 'm2', wait => false)::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'accept_seq 1', public.idem_inbox_accept_seq(k, 's', 1));
+    PERFORM pg_temp.out(p, 'accept_seq 1 again', public.idem_inbox_accept_seq(k, 's', 1));
+    PERFORM pg_temp.out(p, 'accept_seq 2', public.idem_inbox_accept_seq(k, 's', 2));
+    PERFORM pg_temp.out(p, 'accept_seq 5', public.idem_inbox_accept_seq(k, 's', 5));
+    PERFORM pg_temp.out(p, 'accept_seq (7, 3)', public.idem_inbox_accept_seq(k, 'b', 7, 3));
+    PERFORM pg_temp.out(p, 'watermark', public.idem_inbox_watermark(k, 's')::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'idem_inbox_seq', public.idem_inbox_seq(7, 3)::pg_catalog.text);
+
+    -- state machines
+    k := pg_catalog.concat('sec.sp.', p);
+    PERFORM public.idem_define_machine(k, '{"new": ["paid"], "paid": ["done"]}', '{new}');
+    SELECT pg_catalog.string_agg(m.from_state OPERATOR(pg_catalog.||) '>' OPERATOR(pg_catalog.||) m.to_state, ' ')
+    INTO v FROM public.idem_machine_moves(k) m;
+    PERFORM pg_temp.out(p, 'machine moves', v);
+    SELECT pg_catalog.string_agg(m.state, ' ') INTO v FROM public.idem_machine_states(k) m WHERE m.terminal;
+    PERFORM pg_temp.out(p, 'terminal states', v);
+    PERFORM pg_temp.out(p, 'dot', (pg_catalog.length(public.idem_machine_dot(k)) OPERATOR(pg_catalog.>) 0)::pg_catalog.text);
+    PERFORM public.idem_attach_machine(pg_catalog.concat('sec_canary.orders_', p)::pg_catalog.regclass, 'st', k, log => true);
+    PERFORM public.idem_attach_machine(pg_catalog.concat('sec_canary.pairs_', p)::pg_catalog.regclass, 'st', k);
+    SELECT pg_catalog.count(*)::pg_catalog.text INTO v FROM public.idem_attached_machines a
+    WHERE a.machine OPERATOR(pg_catalog.=) k;
+    PERFORM pg_temp.out(p, 'attached', v);
+    EXECUTE pg_catalog.format('INSERT INTO sec_canary.orders_%s VALUES (1, %L), (2, %L)', p, 'new', 'new');
+    EXECUTE pg_catalog.format('INSERT INTO sec_canary.pairs_%s VALUES (%L, 1, %L)', p, 'x', 'new');
+    PERFORM pg_temp.out(p, 'transition 1 paid',
+                        public.idem_transition(pg_catalog.concat('sec_canary.orders_', p)::pg_catalog.regclass, '1', 'paid'));
+    PERFORM pg_temp.out(p, 'transition 1 paid again',
+                        public.idem_transition(pg_catalog.concat('sec_canary.orders_', p)::pg_catalog.regclass, '1', 'paid'));
+    PERFORM pg_temp.out(p, 'transition 2 done',
+                        public.idem_transition(pg_catalog.concat('sec_canary.orders_', p)::pg_catalog.regclass, '2', 'done'));
+    PERFORM pg_temp.out(p, 'transition (x, 1) paid',
+                        public.idem_transition(pg_catalog.concat('sec_canary.pairs_', p)::pg_catalog.regclass,
+                                               ARRAY['x', '1'], 'paid', '{new}', 'st'));
+    PERFORM pg_temp.out(p, 'update 1 done', pg_temp.sqlstate_of(pg_catalog.format(
+        'UPDATE sec_canary.orders_%s SET st = %L WHERE id OPERATOR(pg_catalog.=) 1', p, 'done')));
+    PERFORM pg_temp.out(p, 'update 2 done', pg_temp.sqlstate_of(pg_catalog.format(
+        'UPDATE sec_canary.orders_%s SET st = %L WHERE id OPERATOR(pg_catalog.=) 2', p, 'done')));
+    EXECUTE pg_catalog.format('SELECT pg_catalog.string_agg(pg_catalog.concat(from_state, %L, to_state), %L ORDER BY logged_at) '
+                              'FROM sec_canary.orders_%s_state_log', '>', ' ', p) INTO v;
+    PERFORM pg_temp.out(p, 'state log', v);
+    PERFORM public.idem_detach_machine(pg_catalog.concat('sec_canary.orders_', p)::pg_catalog.regclass, 'st');
+    PERFORM public.idem_detach_machine(pg_catalog.concat('sec_canary.pairs_', p)::pg_catalog.regclass, 'st');
+    PERFORM public.idem_drop_machine(k);
+    PERFORM pg_temp.out(p, 'machine dropped',
+                        pg_temp.sqlstate_of(pg_catalog.format('SELECT public.idem_machine_dot(%L)', k)));
+
+    -- grants
+    PERFORM public.idem_grant('client', 'regress_idem_sec_nobody');
+    PERFORM pg_temp.out(p, 'granted', pg_catalog.has_function_privilege('regress_idem_sec_nobody',
+        'public.idem_claim(pg_catalog.text, pg_catalog.bytea, pg_catalog.interval, pg_catalog.text, pg_catalog.interval, pg_catalog.bool)',
+        'EXECUTE')::pg_catalog.text);
+    PERFORM public.idem_revoke_all('regress_idem_sec_nobody');
+    PERFORM pg_temp.out(p, 'revoked', pg_catalog.has_table_privilege('regress_idem_sec_nobody',
+        'public.idempotency_records', 'SELECT')::pg_catalog.text);
+
+    -- tenant isolation, as tenant A
+    PERFORM public.idem_tenant_isolation(true);
+    SET LOCAL ROLE regress_idem_sec_ta;
+    PERFORM pg_catalog.set_config('idempotency.scope', 'tA', true);
+    k := pg_catalog.concat(p, '.t1');
+    SELECT c.token, c.outcome INTO tok, v FROM public.idem_claim(k, '\x0a', scope => 'tA') c;
+    PERFORM pg_temp.out(p, 'tenant claim', v);
+    PERFORM public.idem_complete(k, tok, '{"t": 1}', scope => 'tA');
+    SELECT c.outcome INTO v FROM public.idem_claim(k, '\x0a', scope => 'tA') c;
+    PERFORM pg_temp.out(p, 'tenant claim again', v);
+    SELECT l.status::pg_catalog.text INTO v FROM public.idem_lookup(k, 'tA') l;
+    PERFORM pg_temp.out(p, 'tenant lookup', v);
+    SELECT pg_catalog.count(*)::pg_catalog.text INTO v FROM public.idem_lookup('sec.t1', 'tB') l;
+    PERFORM pg_temp.out(p, 'tenant lookup of B', v);
+    SELECT pg_catalog.count(*)::pg_catalog.text INTO v FROM public.idem_await('sec.t2', 'tB', '0') l;
+    PERFORM pg_temp.out(p, 'tenant await of B', v);
+    PERFORM pg_temp.out(p, 'tenant claim in B', pg_temp.sqlstate_of(
+        'SELECT * FROM public.idem_claim(''sec.t1'', ''\x0b'', scope => ''tB'')'));
+    PERFORM pg_temp.out(p, 'tenant accept', public.idem_inbox_accept(pg_catalog.concat('tA/', p), 'm1')::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'tenant accept_seq', public.idem_inbox_accept_seq(pg_catalog.concat('tA/', p), 's', 3, 1));
+    PERFORM pg_temp.out(p, 'tenant accept as B', pg_temp.sqlstate_of(
+        'SELECT public.idem_inbox_accept(''tB/orders'', ''m7'')'));
+    PERFORM pg_temp.out(p, 'tenant purge', public.idem_purge()::pg_catalog.text);
+    SELECT pg_catalog.count(*)::pg_catalog.text INTO v FROM public.idem_stuck s
+    WHERE s.scope OPERATOR(pg_catalog.<>) 'tA';
+    PERFORM pg_temp.out(p, 'tenant idem_stuck of others', v);
+    RESET ROLE;
+    PERFORM pg_catalog.set_config('idempotency.scope', '', true);
+    PERFORM public.idem_tenant_isolation(false);
+END
+$fn$;
+
+-- time passes: k5's lease runs out, k7 and the message m1 expire, m2 too (it will be accepted again)
+CREATE FUNCTION pg_temp.sp_backdate(p pg_catalog.text) RETURNS void LANGUAGE sql AS $fn$
+    UPDATE public.idempotency_records SET lease_expires_at = pg_catalog.now() - interval '1 minute'
+    WHERE key = pg_catalog.concat(p, '.k5');
+    UPDATE public.idempotency_records
+    SET expires_at = pg_catalog.now() - interval '1 day', purge_after = pg_catalog.now() - interval '1 day'
+    WHERE key = pg_catalog.concat(p, '.k7');
+    UPDATE public.idem_inbox SET expires_at = pg_catalog.now() - interval '1 day' WHERE consumer = pg_catalog.concat('c.', p);
+$fn$;
+
+CREATE FUNCTION pg_temp.sp_phase2(p pg_catalog.text) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    tok pg_catalog.int8;
+    v pg_catalog.text;
+    k pg_catalog.text;
+BEGIN
+    k := pg_catalog.concat(p, '.k5');
+    SELECT c.token, c.outcome INTO tok, v FROM public.idem_claim(k, '\x01', '1 hour') c;
+    PERFORM pg_temp.out(p, 'claim k5 after its lease', v);
+    PERFORM public.idem_complete(k, tok);
+    SELECT c.outcome INTO v FROM public.idem_claim(pg_catalog.concat(p, '.k8'), '\x01') c;
+    PERFORM pg_temp.out(p, 'claim k8 after a retryable failure', v);
+    PERFORM pg_temp.out(p, 'accept m2 expired', public.idem_inbox_accept(pg_catalog.concat('c.', p), 'm2')::pg_catalog.text);
+    PERFORM pg_temp.out(p, 'purge', public.idem_purge()::pg_catalog.text);
+    SELECT c.outcome INTO v FROM public.idem_claim(pg_catalog.concat(p, '.k7'), '\x02') c;
+    PERFORM pg_temp.out(p, 'claim k7 after the purge', v);
+    PERFORM pg_temp.out(p, 'accept m1 after the purge', public.idem_inbox_accept(pg_catalog.concat('c.', p), 'm1')::pg_catalog.text);
+END
+$fn$;
+
+-- pass 1: evil ahead of pg_catalog
+SET LOCAL search_path = evil, pg_catalog, public;
+SELECT pg_temp.sp_phase1('p1') \g /dev/null
+RESET search_path;
+SELECT pg_temp.sp_backdate('p1') \g /dev/null
+SET LOCAL search_path = evil, pg_catalog, public;
+SELECT pg_temp.sp_phase2('p1') \g /dev/null
+RESET search_path;
+SELECT is_empty($$SELECT what FROM sec_canary.log$$,
+                'search_path = evil, pg_catalog, public: the lifecycle called no planted object');
+-- pass 2: evil behind pg_catalog (implicitly first), ahead of the extension's schema
+SET LOCAL search_path = evil, public;
+SELECT pg_temp.sp_phase1('p2') \g /dev/null
+RESET search_path;
+SELECT pg_temp.sp_backdate('p2') \g /dev/null
+SET LOCAL search_path = evil, public;
+SELECT pg_temp.sp_phase2('p2') \g /dev/null
+RESET search_path;
+SELECT is_empty($$SELECT what FROM sec_canary.log$$,
+                'search_path = evil, public: the lifecycle called no planted object');
+SELECT results_eq($$SELECT label COLLATE "default", v COLLATE "default" FROM sp_out WHERE pass = 'p1' ORDER BY n$$,
+                  $$SELECT label COLLATE "default", v COLLATE "default" FROM sp_out WHERE pass = 'p2' ORDER BY n$$,
+                  'both passes gave the same results');
+SELECT results_eq($$SELECT label COLLATE "default", v COLLATE "default" FROM sp_out WHERE pass = 'p1' ORDER BY n$$,
+    $$VALUES ('claim k1', 'new'), ('claim k1 again', 'replay'), ('claim k2 after a final failure', 'replay'),
+             ('claim k3 after release', 'new'), ('claim k4 unknown', 'unknown'), ('claim k4 resolved', 'replay'),
+             ('claim k5', 'new'), ('claim k6 wait => false', 'new'), ('lookup k1', 'succeeded'), ('await k1', 'succeeded'),
+             ('await k5', 'processing'), ('idem_stuck k4', NULL), ('idem_summary has processing records', 'true'),
+             ('fingerprint', (SELECT idem_fingerprint('{"a": 1, "b": 2}'::jsonb)::text)),
+             ('accept m1', 'true'), ('accept m1 again', 'false'), ('accept m2 wait => false', 'true'),
+             ('accept_seq 1', 'new'), ('accept_seq 1 again', 'duplicate'), ('accept_seq 2', 'new'), ('accept_seq 5', 'gap'),
+             ('accept_seq (7, 3)', 'new'), ('watermark', '2'), ('idem_inbox_seq', '7340035'),
+             ('machine moves', 'new>paid paid>done'), ('terminal states', 'done'), ('dot', 'true'), ('attached', '2'),
+             ('transition 1 paid', 'applied'), ('transition 1 paid again', 'already'), ('transition 2 done', 'rejected'),
+             ('transition (x, 1) paid', 'applied'), ('update 1 done', '00000'), ('update 2 done', 'IK005'),
+             ('state log', '>new >new new>paid paid>done'), ('machine dropped', '42704'),
+             ('granted', 'true'), ('revoked', 'false'),
+             ('tenant claim', 'new'), ('tenant claim again', 'replay'), ('tenant lookup', 'succeeded'),
+             ('tenant lookup of B', '0'), ('tenant await of B', '0'), ('tenant claim in B', '42501'),
+             ('tenant accept', 'true'), ('tenant accept_seq', 'new'), ('tenant accept as B', '42501'),
+             ('tenant purge', '0'), ('tenant idem_stuck of others', '0'),
+             ('claim k5 after its lease', 'takeover'), ('claim k8 after a retryable failure', 'takeover'),
+             ('accept m2 expired', 'true'), ('purge', '2'), ('claim k7 after the purge', 'new'),
+             ('accept m1 after the purge', 'true')$$,
+    'and the right ones: every outcome of the lifecycle, the inbox, machines, grants and tenant isolation');
+DROP VIEW pg_temp.idempotency_records, pg_temp.idem_inbox, pg_temp.idem_inbox_streams, pg_temp.idem_machines,
+    pg_temp.idem_machine_moves, pg_temp.idem_attached_machines, pg_temp.idem_stuck, pg_temp.idem_summary;
 
 -- purges moved the token epoch (not transactional); later files expect token 1
 DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;
