@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(184);
+SELECT plan(209);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -1182,6 +1182,121 @@ SELECT results_eq($$SELECT label COLLATE "default", v COLLATE "default" FROM sp_
     'and the right ones: every outcome of the lifecycle, the inbox, machines, grants and tenant isolation');
 DROP VIEW pg_temp.idempotency_records, pg_temp.idem_inbox, pg_temp.idem_inbox_streams, pg_temp.idem_machines,
     pg_temp.idem_machine_moves, pg_temp.idem_attached_machines, pg_temp.idem_stuck, pg_temp.idem_summary;
+
+-- 5. hostile identifiers ---------------------------------------------------------------------------
+-- A schema, tables, columns, a machine and states whose names carry double
+-- and single quotes, spaces, semicolons, backslashes and comment markers.
+-- Every statement built from them must quote them; any that did not would
+-- fail, or drop the canary table sec_canary.x.
+CREATE ROLE regress_idem_sec_app;
+CREATE SCHEMA "sec ""sch""; DROP TABLE sec_canary.x; --" AUTHORIZATION regress_idem_sec_madmin;
+GRANT USAGE ON SCHEMA "sec ""sch""; DROP TABLE sec_canary.x; --" TO regress_idem_sec_app;
+SET LOCAL ROLE regress_idem_sec_madmin;
+CREATE TABLE "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --" (
+    "id; --" int PRIMARY KEY,
+    "st""ate col" text);
+CREATE TABLE "sec ""sch""; DROP TABLE sec_canary.x; --"."o'k 2" (
+    "a b" text,
+    "c"";" int,
+    "st""ate col" text,
+    PRIMARY KEY ("a b", "c"";"));
+INSERT INTO "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --" VALUES (1, 'NEW'''), (2, 'NEW''');
+INSERT INTO "sec ""sch""; DROP TABLE sec_canary.x; --"."o'k 2" VALUES ('x''y; --', 7, 'NEW''');
+GRANT SELECT, UPDATE ON "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --",
+    "sec ""sch""; DROP TABLE sec_canary.x; --"."o'k 2" TO regress_idem_sec_app;
+SELECT lives_ok($$SELECT idem_define_machine('m"''; DROP TABLE sec_canary.x; --',
+                                             jsonb_build_object('NEW''', jsonb_build_array('PA"ID'),
+                                                                'PA"ID', jsonb_build_array('DONE; --', 'RE\FUND')),
+                                             ARRAY['NEW'''])$$,
+                'a machine whose name and states have quotes, semicolons and a backslash');
+SELECT lives_ok($$SELECT idem_attach_machine(
+                      '"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"',
+                      'st"ate col', 'm"''; DROP TABLE sec_canary.x; --', log => true)$$,
+                'attached, with a transition log, to a column "st""ate col" of a table "order; DROP TABLE sec_canary.x; --"');
+SELECT lives_ok($$SELECT idem_attach_machine('"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"',
+                                             'st"ate col', 'm"''; DROP TABLE sec_canary.x; --')$$,
+                'and to a table "o''k 2" with a primary key of two oddly named columns');
+GRANT INSERT ON "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --_state_log"
+    TO regress_idem_sec_app;
+RESET ROLE;
+SELECT results_eq($$SELECT table_name::text COLLATE "default", state_column::text COLLATE "default",
+                           machine COLLATE "default", trigger_name::text COLLATE "default"
+                    FROM idem_attached_machines WHERE machine = 'm"''; DROP TABLE sec_canary.x; --' ORDER BY 1$$,
+                  $$VALUES ('"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"', 'st"ate col',
+                            'm"''; DROP TABLE sec_canary.x; --', 'zz_idem_machine_st"ate col'),
+                           ('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"', 'st"ate col',
+                            'm"''; DROP TABLE sec_canary.x; --', 'zz_idem_machine_st"ate col')$$,
+                  'idem_attached_machines shows both, names intact');
+
+SET LOCAL ROLE regress_idem_sec_app;
+SELECT is(idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"', '1', 'PA"ID'),
+          'applied', 'idem_transition moves a row of the oddly named table');
+SELECT is(idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"', '1', 'PA"ID'),
+          'already', 'and answers already the second time');
+SELECT is(idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"', '2', 'DONE; --',
+                          state_column => 'st"ate col'),
+          'rejected', 'a state named "DONE; --" is only a value: row 2 cannot reach it from NEW''');
+SELECT throws_ok($$SELECT idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"',
+                                          '1; DROP TABLE sec_canary.x; --', 'PA"ID')$$, '22P02', NULL,
+                 'a key carrying SQL is a value that does not convert to integer');
+SELECT is(idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"', ARRAY['x''y; --', '7'], 'PA"ID'),
+          'applied', 'idem_transition moves a row by a two-column key holding a quote and a semicolon');
+SELECT throws_ok($$SELECT idem_transition('"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"',
+                                          ARRAY['x'' OR ''1''=''1', '7'], 'PA"ID')$$, 'P0002', NULL,
+                 'a key written as an injection finds no row');
+SELECT lives_ok($$UPDATE "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"
+                  SET "st""ate col" = 'DONE; --' WHERE "id; --" = 1$$, 'the trigger lets a move through');
+SELECT throws_ok($$UPDATE "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"
+                   SET "st""ate col" = 'RE\FUND' WHERE "id; --" = 1$$, 'IK005',
+                 'invalid transition from "DONE; --" to "RE\FUND" in column "st"ate col" of table "order; DROP TABLE sec_canary.x; --"',
+                 'and refuses the rest, naming the column and table as they are');
+SELECT throws_ok($$UPDATE "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"
+                   SET "st""ate col" = 'DONE; --' WHERE "id; --" = 2$$, 'IK005',
+                 'invalid transition from "NEW''" to "DONE; --" in column "st"ate col" of table "order; DROP TABLE sec_canary.x; --"',
+                 'a state with a quote in the error message as well');
+RESET ROLE;
+SELECT results_eq($$SELECT row_key, state_column::text COLLATE "default", machine COLLATE "default",
+                           from_state COLLATE "default", to_state COLLATE "default"
+                    FROM "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --_state_log"
+                    ORDER BY logged_at$$,
+                  $$VALUES ('{"id; --": 1}'::jsonb, 'st"ate col', 'm"''; DROP TABLE sec_canary.x; --', 'NEW''', 'PA"ID'),
+                           ('{"id; --": 1}'::jsonb, 'st"ate col', 'm"''; DROP TABLE sec_canary.x; --', 'PA"ID', 'DONE; --')$$,
+                  'the log table "order; DROP TABLE sec_canary.x; --_state_log" holds both moves, keys and names intact');
+SELECT ok(strpos(idem_machine_dot('m"''; DROP TABLE sec_canary.x; --'), 'digraph "m\"''; DROP TABLE sec_canary.x; --"') = 1
+          AND strpos(idem_machine_dot('m"''; DROP TABLE sec_canary.x; --'), '"PA\"ID" -> "RE\\FUND";') > 0,
+          'idem_machine_dot escapes the quotes and backslashes of names and states');
+SET LOCAL ROLE regress_idem_sec_madmin;
+SELECT lives_ok($$SELECT idem_detach_machine('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"',
+                                             'st"ate col')$$, 'detached from the first table');
+SELECT lives_ok($$SELECT idem_detach_machine('"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"', 'st"ate col')$$,
+                'and from the second');
+SELECT lives_ok($$SELECT idem_drop_machine('m"''; DROP TABLE sec_canary.x; --')$$, 'the machine is dropped');
+RESET ROLE;
+SELECT is_empty($$SELECT tgname FROM pg_trigger
+                  WHERE tgrelid IN ('"sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"'::regclass,
+                                    '"sec ""sch""; DROP TABLE sec_canary.x; --"."o''k 2"'::regclass)$$,
+                'both triggers of each table are gone');
+SELECT lives_ok($$UPDATE "sec ""sch""; DROP TABLE sec_canary.x; --"."order; DROP TABLE sec_canary.x; --"
+                  SET "st""ate col" = 'anything' WHERE "id; --" = 1$$, 'the column is free again');
+
+-- values: keys, scopes, consumers and tenant names with the same characters
+SET LOCAL idempotency.scope = 't''A"; DROP TABLE sec_canary.x; --';
+SELECT idem_tenant_isolation();
+SET LOCAL ROLE regress_idem_sec_ta;
+SELECT is((SELECT outcome FROM idem_claim('k''"; DROP TABLE sec_canary.x; --', '\x01',
+                                          scope => 't''A"; DROP TABLE sec_canary.x; --')), 'new',
+          'a claim of a key and a scope that carry SQL, under tenant isolation');
+SELECT is((SELECT count(*) FROM idem_lookup('k''"; DROP TABLE sec_canary.x; --', 't''A"; DROP TABLE sec_canary.x; --')),
+          1::bigint, 'and its lookup');
+SELECT is(idem_inbox_accept('t''A"; DROP TABLE sec_canary.x; --/q''"', 'm''; --'), true,
+          'an accept by a consumer of that tenant');
+RESET ROLE;
+SELECT idem_tenant_isolation(false);
+RESET idempotency.scope;
+
+SELECT ok(to_regclass('sec_canary.x') IS NOT NULL, 'the canary table is still there');
+SELECT is((SELECT count(*) FROM pg_class WHERE relnamespace = '"sec ""sch""; DROP TABLE sec_canary.x; --"'::regnamespace
+             AND relkind = 'r'), 3::bigint, 'and so are the two tables and the log table');
 
 -- purges moved the token epoch (not transactional); later files expect token 1
 DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;
