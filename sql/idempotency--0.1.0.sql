@@ -93,24 +93,31 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * (22004), not a silent NULL result.
  */
 
+/*
+ * The claim's answer is a named row type rather than OUT parameters: a query
+ * that calls idem_claim in FROM then finds its shape in the type cache,
+ * instead of rebuilding it from pg_proc every time it starts.
+ */
+CREATE TYPE @extschema@.idem_claim_result AS (
+    outcome text,
+    token bigint,
+    status @extschema@.idem_status,
+    response_code integer,
+    result jsonb,
+    error jsonb,
+    recovery_point text,
+    lease_expires_at timestamptz,
+    attempts integer,
+    expires_at timestamptz);
+
 CREATE FUNCTION @extschema@.idem_claim(
     key text,
     fingerprint bytea,
     lease interval DEFAULT NULL,
     scope text DEFAULT '',
     retention interval DEFAULT NULL,
-    wait boolean DEFAULT true,
-    OUT outcome text,
-    OUT token bigint,
-    OUT status @extschema@.idem_status,
-    OUT response_code integer,
-    OUT result jsonb,
-    OUT error jsonb,
-    OUT recovery_point text,
-    OUT lease_expires_at timestamptz,
-    OUT attempts integer,
-    OUT expires_at timestamptz)
-RETURNS record
+    wait boolean DEFAULT true)
+RETURNS @extschema@.idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE;
 
