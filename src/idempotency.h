@@ -158,6 +158,8 @@ extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 							 MemoryContext copy_to);
 extern bool idem_store_insert_in_progress(Oid heap, Oid index, text *key1, text *key2);
 extern uint64 idem_store_processed(void);
+extern int	idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
+										 bool read_only, long count);
 extern int64 idem_store_first_token(void);
 extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
 								   const char *nulls, Datum *value);

@@ -388,15 +388,17 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 }
 
 /*
- * Every statement here looks rows up by primary key (purge: by purge_after).  A
+ * Every statement here looks rows up by primary key (purge: by purge_after),
+ * and so do idem_transition's (transition.c).  A
  * generic plan made while the table was nearly empty (a new install, or just
  * after a purge and VACUUM) would scan it sequentially, and stay cached while
  * the table grows: a bulk claim in one transaction then turns quadratic.  So
  * our statements are executed, and hence planned, with sequential scans
  * discouraged; the setting is restored however the statement ends.
  */
-static int
-execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only)
+int
+idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
+							 bool read_only, long count)
 {
 	bool		saved_enable_seqscan = enable_seqscan;
 	int			ret;
@@ -404,7 +406,7 @@ execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls, bool re
 	enable_seqscan = false;
 	PG_TRY();
 	{
-		ret = SPI_execute_plan(plan, args, nulls, read_only, 0);
+		ret = SPI_execute_plan(plan, args, nulls, read_only, count);
 	}
 	PG_FINALLY();
 	{
@@ -441,7 +443,7 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 	}
 	plan = statement_plan(stmt);
 
-	ret = execute_without_seqscan(plan, args, nulls, read_only);
+	ret = idem_execute_without_seqscan(plan, args, nulls, read_only, 0);
 	if (ret < 0)
 		elog(ERROR, "SPI_execute_plan failed for idempotency statement %d: %s",
 			 (int) stmt, SPI_result_code_string(ret));

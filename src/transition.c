@@ -401,7 +401,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	memcpy(args + 1, keys, sizeof(Datum) * nkeys);
 	args[nkeys + 1] = from_array;
 
-	ret = SPI_execute_plan(plans->update, args, nulls, false, 0);
+	ret = idem_execute_without_seqscan(plans->update, args, nulls, false, 0);
 	if (ret != SPI_OK_UPDATE)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
 	if (SPI_processed > 0)
@@ -411,7 +411,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 		bool		isnull;
 		Datum		current;
 
-		ret = SPI_execute_plan(plans->select, args + 1, nulls + 1, false, 1);
+		ret = idem_execute_without_seqscan(plans->select, args + 1, nulls + 1, false, 1);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
 		if (SPI_processed == 0)
