@@ -441,6 +441,9 @@ CREATE TRIGGER idem_machines_changed
 CREATE TRIGGER idem_machine_moves_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_machine_moves
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_machines_changed();
+-- Attached to a table of one's own, it would make every backend recompile
+-- its machines at every statement; the triggers above fire without EXECUTE.
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_machines_changed() FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.idem_enforce_transition()
 RETURNS trigger
@@ -720,7 +723,7 @@ BEGIN
     SELECT jsonb_object_agg(k, new_row -> k) INTO row_key
     FROM unnest(TG_ARGV[3:]) k;
     EXECUTE format('INSERT INTO %s (row_key, state_column, machine, from_state, to_state) '
-                   'VALUES ($1, $2, $3, $4, $5)', TG_ARGV[0])
+                   'VALUES ($1, $2, $3, $4, $5)', TG_ARGV[0]::pg_catalog.regclass)
         USING coalesce(row_key, new_row), TG_ARGV[1], TG_ARGV[2], old_state,
               new_row ->> TG_ARGV[1];
     RETURN NULL;
@@ -829,6 +832,16 @@ BEGIN
                              WHERE c.oid = table_name),
                             @extschema@.idem_object_name('',
                                 (SELECT c.relname FROM pg_class c WHERE c.oid = table_name), '_state_log'));
+        -- a log table someone else made (with triggers of theirs) must not
+        -- run as every writer of the governed table
+        IF to_regclass(log_table) IS NOT NULL
+           AND (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(log_table))
+               <> (SELECT c.relowner FROM pg_class c WHERE c.oid = table_name) THEN
+            RAISE EXCEPTION 'log table % already exists and is not owned by the owner of table %',
+                            log_table, table_name
+                USING ERRCODE = '42P07',
+                      HINT = 'Drop or rename that table, or attach with log => false.';
+        END IF;
         EXECUTE format('CREATE TABLE IF NOT EXISTS %s ('
                        'logged_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(), '
                        'row_key jsonb NOT NULL, '
@@ -1030,8 +1043,9 @@ BEGIN
     WHEN 'reconciler' THEN
         functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
                             '%1$s.idem_lookup(text, text)', s);
-        tables := format('%1$s.idempotency_records, %1$s.idem_stuck', s);
+        tables := format('%s.idempotency_records', s);
         privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %s.idem_stuck TO %s', s, grantee);
     WHEN 'reader' THEN
         functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
         tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);

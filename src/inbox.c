@@ -27,9 +27,29 @@
 
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rls.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+
+/*
+ * Rounds that keep failing the same way under row-level security mean that a
+ * policy lets us insert the row but hides it: say so instead of blaming
+ * concurrency (as idem_claim does).
+ */
+static void
+error_if_hidden(Oid relid, const char *what, text *name, text *consumer)
+{
+	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s \"%s\" of consumer \"%s\" exists, but row-level security hides it",
+						what, text_to_cstring(name), text_to_cstring(consumer)),
+				 errdetail("The INSERT conflicts with a row of \"%s\" that its policies do not let this role read.",
+						   get_rel_name(relid)),
+				 errhint("Check idempotency.scope and the policies of the table.")));
+}
 
 PG_FUNCTION_INFO_V1(idem_inbox_accept);
 PG_FUNCTION_INFO_V1(idem_inbox_accept_seq);
@@ -88,6 +108,8 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 			break;
 		}
 		if (round == MAX_SEQ_ROUNDS)
+			error_if_hidden(objects->inbox, "message", message_id, consumer);
+		if (round == MAX_SEQ_ROUNDS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not accept message \"%s\" because of concurrent changes",
@@ -138,6 +160,10 @@ idem_inbox_accept_seq(PG_FUNCTION_ARGS)
 	{
 		Datum		watermark;
 
+		if (round == MAX_SEQ_ROUNDS)
+			error_if_hidden(get_relname_relid("idem_inbox_streams",
+											  get_rel_namespace(idem_objects_current()->inbox)),
+							"stream", stream, consumer);
 		if (round == MAX_SEQ_ROUNDS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

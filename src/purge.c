@@ -60,8 +60,9 @@ idem_purge(PG_FUNCTION_ARGS)
 
 		for (;;)
 		{
-			Datum		args[2] = {
-				TimestampTzGetDatum(GetCurrentTimestamp()), Int32GetDatum(batch_size)
+			Datum		args[3] = {
+				TimestampTzGetDatum(GetCurrentTimestamp()), Int32GetDatum(batch_size),
+				ObjectIdGetDatum(idem_objects_current()->token_epoch)
 			};
 			uint64		deleted;
 

@@ -243,12 +243,12 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"AND (status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}') "
 		"OR (status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NULL)) "
 		"LIMIT $2 FOR UPDATE SKIP LOCKED), "
-		"epoch AS (SELECT pg_catalog.nextval('@S@.idem_token_epoch'::pg_catalog.regclass) "
+		"epoch AS (SELECT pg_catalog.nextval($3) "
 		"FROM (SELECT FROM doomed LIMIT 1) any_doomed) "
 		"DELETE FROM @S@.idempotency_records "
 		"WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM doomed)) "
 		"AND EXISTS (SELECT FROM epoch)",
-		2, {TIMESTAMPTZOID, INT4OID}
+		3, {TIMESTAMPTZOID, INT4OID, REGCLASSOID}
 	},
 	[STMT_PURGE_INBOX] = {
 		"DELETE FROM @S@.idem_inbox WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("

@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(209);
+SELECT plan(214);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -96,7 +96,7 @@ SELECT results_eq(
     $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_transition()'), ('idem_fingerprint(bytea)'),
              ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'), ('idem_inbox_seq(bigint,integer)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
-             ('idem_machine_states(text)'), ('idem_machines_changed()'), ('idem_object_name(text,text,text)'),
+             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
              ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)')$$,
     'PUBLIC may execute only pure functions, readers of definitions and counters, trigger functions, '
@@ -149,7 +149,9 @@ INSERT INTO calls VALUES
     ('idem_detach_machine(regclass,name)', 'idem_detach_machine', $$SELECT idem_detach_machine('sec_attached', 'st')$$),
     ('idem_tenant_isolation(boolean)', 'idem_tenant_isolation', $$SELECT idem_tenant_isolation()$$),
     ('idem_grant(text,regrole)', 'idem_grant', $$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$),
-    ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$);
+    ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
+    -- a trigger function: with EXECUTE, a direct call fails with 0A000 instead
+    ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$);
 GRANT SELECT ON calls TO PUBLIC;
 SELECT set_eq($$SELECT signature FROM calls$$,
               $$SELECT signature FROM ext_functions f
@@ -239,8 +241,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reconciler
              ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('table idempotency_records', 'SELECT, UPDATE'),
-             ('view idem_stuck', 'SELECT, UPDATE')$$,
-    'reconciler: idem_resolve and lookup; SELECT, UPDATE on the records, and idem_stuck');
+             ('view idem_stuck', 'SELECT')$$,
+    'reconciler: idem_resolve and lookup; SELECT, UPDATE on the records, SELECT on idem_stuck');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
     $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
              ('function idem_lookup(text,text)', 'EXECUTE'),
@@ -672,6 +674,42 @@ DROP POLICY sec_insert_anywhere ON idempotency_records;
 DROP POLICY sec_see_processing ON idempotency_records;
 SELECT results_eq($$SELECT status::text, result FROM idempotency_records WHERE scope = 'tB' AND key = 'sec.t1'$$,
                   $$VALUES ('succeeded', '{"secret": "b"}'::jsonb)$$, 'and B''s record was not touched');
+-- The same for the inbox: A may insert any message, and sees every message
+-- kept longer than 30 days; B's message (kept for a day) stays hidden.
+SELECT idem_inbox_accept('tB/q', 'sec.hidden');
+CREATE POLICY sec_inbox_insert_anywhere ON idem_inbox AS PERMISSIVE FOR INSERT TO regress_idem_sec_ta
+    WITH CHECK (true);
+CREATE POLICY sec_inbox_see_long ON idem_inbox AS PERMISSIVE FOR SELECT TO regress_idem_sec_ta
+    USING (expires_at > now() + interval '30 days');
+SET LOCAL ROLE regress_idem_sec_ta;
+SET LOCAL idempotency.scope = 'tA';
+SELECT throws_ok($$SELECT idem_inbox_accept('tB/q', 'sec.hidden', '60 days')$$, '42501',
+                 'message "sec.hidden" of consumer "tB/q" exists, but row-level security hides it',
+                 'an accept whose INSERT conflicts with a message that a policy hides fails with 42501, not 40001');
+RESET ROLE;
+DROP POLICY sec_inbox_insert_anywhere ON idem_inbox;
+DROP POLICY sec_inbox_see_long ON idem_inbox;
+SELECT cmp_ok((SELECT expires_at FROM idem_inbox WHERE consumer = 'tB/q' AND message_id = 'sec.hidden'),
+              '<', now() + interval '2 days', 'and B''s message was not touched');
+
+-- A log table that another role made is refused: its triggers would run as
+-- every writer of the governed table.  And the log trigger takes its first
+-- argument as a table, never as SQL.
+CREATE TABLE sec_logged (id int PRIMARY KEY, st text);
+CREATE TABLE sec_logged_state_log (x int);
+ALTER TABLE sec_logged_state_log OWNER TO regress_idem_sec_nobody;
+SELECT throws_ok($$SELECT idem_attach_machine('sec_logged', 'st', 'sec.m', log => true)$$, '42P07',
+                 'log table public.sec_logged_state_log already exists and is not owned by the owner of table public.sec_logged',
+                 'attach refuses a log table owned by another role');
+ALTER TABLE sec_logged_state_log OWNER TO CURRENT_USER;
+DROP TABLE sec_logged_state_log;
+CREATE TABLE sec_log_victim (x int);
+CREATE TRIGGER sec_handmade_log AFTER INSERT ON sec_logged FOR EACH ROW
+    EXECUTE FUNCTION idem_log_transition('sec_log_victim (x) VALUES (1); DROP TABLE sec_log_victim; --', 'st', 'sec.m');
+SELECT throws_ok($$INSERT INTO sec_logged VALUES (1, 'a')$$, '42602', NULL,
+                 'a log trigger whose table argument carries SQL fails as an invalid name');
+SELECT has_table('sec_log_victim', 'and runs none of it');
+DROP TABLE sec_logged;
 
 -- idem_transition applies the policies of the governed table
 CREATE TABLE sec_tenant_orders (id int PRIMARY KEY, tenant text, st text);

@@ -15,7 +15,7 @@
 -- through dblink sessions.  Roles are regress_idem_sec_s_*; they are created
 -- and dropped the same way.  This session's own transaction is rolled back.
 BEGIN;
-SELECT plan(33);
+SELECT plan(40);
 SET LOCAL statement_timeout = '120s';
 CREATE EXTENSION IF NOT EXISTS dblink;
 CREATE FUNCTION pg_temp.conninfo(db text) RETURNS text LANGUAGE sql AS $$
@@ -330,6 +330,23 @@ SELECT is(pg_temp.remote('ss_b2', $$SELECT outcome FROM idem.idem_claim('sec.bus
           'in_progress', 'once B committed, its second session sees the claim: in_progress');
 SELECT is(pg_temp.remote('ss_a', $$SELECT count(*)::text FROM idem.idem_lookup('sec.busy', 'B')$$), '0',
           'and A still sees nothing of it');
+
+-- 3. a schema name with a quote is never pasted into a string literal: the
+-- purge (which advances the token epoch by the sequence's OID) still works
+SELECT is(pg_temp.remote('ss_db', $$SELECT setval('idem.idem_token_epoch', 1, false)::text$$), '1',
+          'the epoch starts over');
+SELECT is(dblink_exec('ss_db', $$ALTER SCHEMA idem RENAME TO "idem'); DROP TABLE sec_canary.log; --"$$),
+          'ALTER SCHEMA', 'the extension''s schema renamed to a name with a quote and SQL in it');
+SELECT is(pg_temp.remote('ss_db', $$SELECT count(*)::text FROM "idem'); DROP TABLE sec_canary.log; --".idem_claim('sec.q', '\x01', retention => '1 ms')$$),
+          '1', 'a claim under the new schema name');
+SELECT is(pg_temp.remote('ss_db', $$SELECT "idem'); DROP TABLE sec_canary.log; --".idem_complete('sec.q', 1)::text$$),
+          '', 'its completion');
+SELECT is(pg_temp.remote('ss_db', $$SELECT (pg_sleep(0.01) IS NOT NULL AND "idem'); DROP TABLE sec_canary.log; --".idem_purge() >= 1)::text$$),
+          'true', 'purge deletes the expired record and advances the epoch');
+SELECT is(pg_temp.remote('ss_db', $$SELECT is_called::text FROM "idem'); DROP TABLE sec_canary.log; --".idem_token_epoch$$),
+          'true', 'the epoch moved');
+SELECT is(pg_temp.remote('ss_db', $$SELECT to_regclass('sec_canary.log') IS NOT NULL$$), 'true',
+          'and nothing of the schema name was executed');
 
 -- clean up: the database and the roles
 SELECT dblink_disconnect(conn) FROM unnest(ARRAY['ss_db', 'ss_a', 'ss_b', 'ss_b2']) AS conn \g /dev/null
