@@ -982,13 +982,31 @@ CREATE POLICY idem_tenant ON @extschema@.idem_inbox_streams
     USING (@extschema@.idem_consumer_in_scope(consumer))
     WITH CHECK (@extschema@.idem_consumer_in_scope(consumer));
 
-CREATE FUNCTION @extschema@.idem_tenant_isolation(enabled boolean DEFAULT true)
-RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
+/*
+ * Whether isolation is on is kept in a table that pg_dump keeps (a row means
+ * on), because pg_dump does not keep row-level security on an extension's
+ * tables.  Its trigger applies the row: when idem_tenant_isolation writes it,
+ * and when a restore loads it (COPY fires triggers), so that a restored
+ * database is isolated again without anyone remembering to ask.
+ */
+CREATE TABLE @extschema@.idem_settings (
+    tenant_isolation boolean NOT NULL,
+    only_row         boolean PRIMARY KEY DEFAULT true CHECK (only_row)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_settings', '');
+REVOKE ALL ON TABLE @extschema@.idem_settings FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.idem_settings TO PUBLIC;
+
+COMMENT ON TABLE @extschema@.idem_settings IS
+    'settings that must survive dump and restore: tenant_isolation (see idem_tenant_isolation)';
+
+CREATE FUNCTION @extschema@.idem_apply_settings()
+RETURNS trigger
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF enabled THEN
+    IF TG_OP <> 'DELETE' AND NEW.tenant_isolation THEN
         ALTER TABLE @extschema@.idempotency_records
             ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
         ALTER TABLE @extschema@.idem_inbox
@@ -1003,8 +1021,23 @@ BEGIN
         ALTER TABLE @extschema@.idem_inbox_streams
             DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
     END IF;
+    RETURN NULL;
 END
 $$;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_apply_settings() FROM PUBLIC;
+
+CREATE TRIGGER idem_apply_settings
+    AFTER INSERT OR UPDATE OR DELETE ON @extschema@.idem_settings
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_apply_settings();
+
+CREATE FUNCTION @extschema@.idem_tenant_isolation(enabled boolean DEFAULT true)
+RETURNS void
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    INSERT INTO @extschema@.idem_settings AS s (tenant_isolation) VALUES (enabled)
+        ON CONFLICT (only_row) DO UPDATE SET tenant_isolation = excluded.tenant_isolation;
+END;
 
 COMMENT ON FUNCTION @extschema@.idem_tenant_isolation(boolean) IS
     'turn tenant isolation on idempotency.scope on (row-level security, forced) or off';

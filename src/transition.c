@@ -175,7 +175,7 @@ append_key_condition(StringInfo buf, Relation rel, int first_param)
 static PlanEntry *
 prepare_plans(Relation rel, AttrNumber attnum)
 {
-	PlanKey		key = {RelationGetRelid(rel), attnum};
+	PlanKey		key;
 	PlanSignature signature;
 	PlanEntry  *entry;
 	bool		found;
@@ -185,6 +185,11 @@ prepare_plans(Relation rel, AttrNumber attnum)
 	StringInfoData cond;
 	StringInfoData sql;
 	Oid		   *argtypes;
+
+	/* the key is hashed as bytes (HASH_BLOBS): its padding must be zero too */
+	memset(&key, 0, sizeof(key));
+	key.relid = RelationGetRelid(rel);
+	key.attnum = attnum;
 
 	if (plan_cache == NULL)
 	{

@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 38::bigint, 'the extension has 38 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 39::bigint, 'the extension has 39 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -82,8 +82,9 @@ SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplo
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
                 'nothing of the extension is writable by PUBLIC');
 SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
-                  $$VALUES ('idem_attached_machines'), ('idem_machine_moves'), ('idem_machines'), ('idem_token_epoch')$$,
-                  'PUBLIC may read the machine definitions and the token epoch, nothing else');
+                  $$VALUES ('idem_attached_machines'), ('idem_machine_moves'), ('idem_machines'), ('idem_settings'),
+                           ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions, the settings and the token epoch, nothing else');
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
@@ -150,8 +151,9 @@ INSERT INTO calls VALUES
     ('idem_tenant_isolation(boolean)', 'idem_tenant_isolation', $$SELECT idem_tenant_isolation()$$),
     ('idem_grant(text,regrole)', 'idem_grant', $$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$),
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
-    -- a trigger function: with EXECUTE, a direct call fails with 0A000 instead
-    ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$);
+    -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
+    ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
+    ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$);
 GRANT SELECT ON calls TO PUBLIC;
 SELECT set_eq($$SELECT signature FROM calls$$,
               $$SELECT signature FROM ext_functions f
@@ -467,8 +469,8 @@ SET LOCAL ROLE regress_idem_sec_exec;
 SET LOCAL client_min_messages = error;     -- GRANT without grant options warns before it fails
 SELECT throws_ok($$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$, '42501', NULL,
                  'idem_grant runs with the caller''s privileges: without grant options it fails');
-SELECT throws_ok($$SELECT idem_tenant_isolation()$$, '42501', 'must be owner of table idempotency_records',
-                 'and so does idem_tenant_isolation for a role that does not own the tables');
+SELECT throws_ok($$SELECT idem_tenant_isolation()$$, '42501', 'permission denied for table idem_settings',
+                 'and so does idem_tenant_isolation for a role that may not write the settings');
 RESET ROLE;
 RESET client_min_messages;
 SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_nobody')$$, 'still nothing granted');

@@ -10,9 +10,10 @@
 # the restore the triggers still enforce their machines, idem_transition
 # works, claims and accepts answer as they did in the source, new keys get
 # tokens in the same epoch, and idem.record still governs the records'
-# statuses.  Row-level security (idem_tenant_isolation) is not kept on: the
-# test checks that, and that idem_tenant_isolation(true) after the restore
-# isolates tenants again.
+# statuses.  Row-level security (idem_tenant_isolation) is not dumped for an
+# extension's tables, but idem_settings is, and restoring its row turns
+# isolation on again: the test checks that tenants are isolated after the
+# restore, and that isolation can be turned off and on there.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -379,30 +380,31 @@ is( $node->safe_psql(
 	'{"Region": "eu", "Order Id": 2} paid>shipped', 'and the move is logged');
 
 # Tenant isolation: the policies come back with CREATE EXTENSION (compared
-# above), and the grants; row-level security itself is an attribute of the
-# extension's tables, which pg_dump does not write for an extension's
-# tables: it is off after the restore until idem_tenant_isolation(true).
-my $rls = $node->safe_psql('restored', q{
+# above), and the grants.  pg_dump writes no row-level security for an
+# extension's tables, but the setting's row in idem_settings is dumped, and
+# loading it turns isolation on again (its trigger fires on the COPY).
+my $rls_state = q{
 	SELECT string_agg(relname || ':' || relrowsecurity || '/' || relforcerowsecurity, ',' ORDER BY relname)
-	  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')});
-note("row-level security after the restore (enabled/forced): $rls");
-is($rls, 'idem_inbox:false/false,idem_inbox_streams:false/false,idempotency_records:false/false',
-	'row-level security is off after the restore (neither ENABLE nor FORCE is dumped)');
+	  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')};
+is($node->safe_psql('restored', $rls_state),
+	'idem_inbox:true/true,idem_inbox_streams:true/true,idempotency_records:true/true',
+	'row-level security is enabled and forced again after the restore');
+is($node->safe_psql('restored', q{SELECT tenant_isolation FROM idem_settings}), 't',
+	'from the restored setting');
 my $tenant_view = q{
 	SET ROLE tenant_app;
 	SET idempotency.scope = 'tenant "x"; y';
 	SELECT (SELECT count(*) FROM idempotency_records) || ' ' || (SELECT count(*) FROM idem_inbox);
 };
-cmp_ok((split / /, $node->safe_psql('restored', $tenant_view))[0], '>', 1,
-	'so a tenant sees every scope until isolation is turned on again');
-$node->safe_psql('restored', q{SELECT idem_tenant_isolation(true)});
-is( $node->safe_psql('restored', q{
-		SELECT string_agg(relname || ':' || relrowsecurity || '/' || relforcerowsecurity, ',' ORDER BY relname)
-		  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')}),
-	'idem_inbox:true/true,idem_inbox_streams:true/true,idempotency_records:true/true',
-	'idem_tenant_isolation(true) turns it on in the restored database');
 is($node->safe_psql('restored', $tenant_view), '1 0',
-	'and a tenant then sees its own records only');
+	'a tenant sees its own records only, with nothing to turn on');
+$node->safe_psql('restored', q{SELECT idem_tenant_isolation(false)});
+cmp_ok((split / /, $node->safe_psql('restored', $tenant_view))[0], '>', 1,
+	'idem_tenant_isolation(false) turns it off: the tenant sees every scope');
+$node->safe_psql('restored', q{SELECT idem_tenant_isolation(true)});
+is($node->safe_psql('restored', $rls_state),
+	'idem_inbox:true/true,idem_inbox_streams:true/true,idempotency_records:true/true',
+	'and idem_tenant_isolation(true) on again');
 is( $node->safe_psql('restored', q{
 		SET ROLE tenant_app;
 		SET idempotency.scope = 'tenant "x"; y';
