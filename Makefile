@@ -31,3 +31,9 @@ include $(PGXS)
 
 # Every module includes the one shared header.
 $(OBJS): src/idempotency.h
+
+# The pg_regress and isolation suites under valgrind memcheck (slow: about
+# 12 minutes on 2 cores; not part of test/run).
+.PHONY: valgrind
+valgrind:
+	test/valgrind/run
