@@ -498,6 +498,7 @@ class Client:
             self.h("A", intent, token, by, result)
             self.done.append(intent)
         elif ok is None:
+            self.n["ambiguous_completions"] += 1
             self.h("U", intent, token, by, result)
             self.retry = intent                           # the retry's replay decides
 
@@ -773,9 +774,10 @@ def report(a, n, results, unexpected):
              n["claims_lost"], n["serialization_failures"]))
     print("  rejections: %d stale tokens (IK002), %d not in progress (IK003)"
           % (n["stale_token_rejections"], n["not_in_progress_rejections"]))
-    print("  ambiguous commits %d (%d replies lost, the rest killed): a later replay decided"
-          " %d committed, %d not" % (n["ambiguous_commits"], n["replies_lost"],
-                                     n["ambiguous_committed"], n["ambiguous_not_committed"]))
+    print("  ambiguous commits %d (%d replies lost, the rest killed), %d of them completions:"
+          " a later replay decided %d committed, %d not"
+          % (n["ambiguous_commits"], n["replies_lost"], n["ambiguous_completions"],
+             n["ambiguous_committed"], n["ambiguous_not_committed"]))
     print("  final state: %s; %d business rows" % (n["state"], n["business_rows"]))
     for u in unexpected:
         print("  unexpected: %s" % u)
