@@ -17,8 +17,9 @@
 --
 -- "Writes nothing" is checked after each group: the rows of
 -- idempotency_records, idem_inbox, idem_inbox_streams, idem_machines,
--- idem_machine_moves and of this test's tables, the token epoch and the
--- triggers on this test's tables are compared with a snapshot taken before.
+-- idem_machine_moves, idem_settings and of this test's tables, the token
+-- epoch and the triggers on this test's tables are compared with a snapshot
+-- taken before.
 --
 -- Bad input that works (hostile identifiers, 1 MB and 10 MB values) is at
 -- the end.  errors.sql shows the DETAIL and HINT of the record functions'
@@ -89,6 +90,8 @@ BEGIN
     UNION ALL
     SELECT 'idem_machine_moves', count(*),
            md5(string_agg(t::text, ',' ORDER BY machine, from_state, to_state)) FROM idem_machine_moves t
+    UNION ALL
+    SELECT 'idem_settings', count(*), md5(string_agg(t::text, ',')) FROM idem_settings t
     UNION ALL
     SELECT 'idem_token_epoch', last_value, is_called::text FROM idem_token_epoch
     UNION ALL
@@ -609,8 +612,9 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
 SELECT pg_temp.written();
 
 --
--- The trigger idem_enforce_transition, misused; the log trigger
--- idem_log_transition called directly; idem_trigger_arg(tgargs, n), STRICT;
+-- The trigger idem_enforce_transition, misused; the trigger functions
+-- idem_log_transition and idem_apply_settings called directly;
+-- idem_trigger_arg(tgargs, n), STRICT;
 -- the internal idem_object_name(prefix, name, suffix), STRICT, and
 -- idem_consumer_in_scope(consumer).  Each CREATE TRIGGER is undone with the
 -- error of the INSERT or UPDATE that follows it.
@@ -634,6 +638,7 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('enforce: UPDATE to NULL',     $$UPDATE bi_orders SET status = NULL$$,                               'IK005'),
     ('enforce: UPDATE no move',     $$UPDATE bi_orders SET status = 'refunded'$$,                         'IK005'),
     ('log: called directly',        $$SELECT idem_log_transition()$$,                                     '0A000'),
+    ('apply_settings: called directly', $$SELECT idem_apply_settings()$$,                                 '0A000'),
     ('trigger_arg: tgargs NULL',    $$SELECT idem_trigger_arg(NULL, 1)$$,                                 '00000'),
     ('trigger_arg: n NULL',         $$SELECT idem_trigger_arg('\x6100', NULL)$$,                          '00000'),
     ('trigger_arg: empty',          $$SELECT idem_trigger_arg('', 1)$$,                                   '00000'),
