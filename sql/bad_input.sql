@@ -607,7 +607,8 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('from a state without the move', $$SELECT idem_transition('bi_orders', '1', 'refunded', ARRAY['new'])$$, 'IK005'),
     ('not allowed from the row''s state', $$SELECT idem_transition('bi_orders', '1', 'refunded')$$, '00000'),
     ('from_states unrelated',    $$SELECT idem_transition('bi_orders', '1', 'paid', ARRAY['void'])$$, '00000'),
-    ('from_states empty',        $$SELECT idem_transition('bi_orders', '1', 'paid', '{}')$$,        '00000')
+    ('from_states empty',        $$SELECT idem_transition('bi_orders', '1', 'paid', '{}')$$,        '00000'),
+    ('key two-dimensional',      $$SELECT idem_transition('bi_orders', '{{1}}'::text[], 'paid')$$,   '22023')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 
@@ -639,6 +640,9 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('enforce: UPDATE no move',     $$UPDATE bi_orders SET status = 'refunded'$$,                         'IK005'),
     ('log: called directly',        $$SELECT idem_log_transition()$$,                                     '0A000'),
     ('apply_settings: called directly', $$SELECT idem_apply_settings()$$,                                 '0A000'),
+    ('machines_changed: called directly', $$SELECT idem_machines_changed()$$,                             '39P01'),
+    ('machines_changed: row trigger', $$CREATE TRIGGER bi_zz BEFORE INSERT ON bi_plain FOR EACH ROW EXECUTE FUNCTION idem_machines_changed(); INSERT INTO bi_plain VALUES (5, 'new')$$, '39P01'),
+    ('trigger_arg: invalid UTF-8',  $$SELECT idem_trigger_arg('\xc32800', 1)$$,                          '22021'),
     ('trigger_arg: tgargs NULL',    $$SELECT idem_trigger_arg(NULL, 1)$$,                                 '00000'),
     ('trigger_arg: n NULL',         $$SELECT idem_trigger_arg('\x6100', NULL)$$,                          '00000'),
     ('trigger_arg: empty',          $$SELECT idem_trigger_arg('', 1)$$,                                   '00000'),
@@ -671,7 +675,11 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('grant: role empty',          $$SELECT idem_grant('client', '')$$,                             '42602'),
     ('revoke_all: unknown role',   $$SELECT idem_revoke_all('regress_bi_nobody')$$,                 '42704'),
     ('revoke_all: hostile role',   $$SELECT idem_revoke_all('"x"; DROP TABLE bi_orders; --"')$$,    '42602'),
-    ('tenant_isolation: text',     $$SELECT idem_tenant_isolation('maybe')$$,                       '22P02')
+    ('tenant_isolation: text',     $$SELECT idem_tenant_isolation('maybe')$$,                       '22P02'),
+    ('tenant_isolation: NULL',     $$SELECT idem_tenant_isolation(NULL)$$,                          '22004'),
+    ('revoke_all: NULL',           $$SELECT idem_revoke_all(NULL)$$,                                '22004'),
+    ('grant: PUBLIC (0)',          $$SELECT idem_grant('client', '-')$$,                            '22023'),
+    ('revoke_all: PUBLIC (0)',     $$SELECT idem_revoke_all('-')$$,                                 '22023')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 

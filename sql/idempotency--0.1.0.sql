@@ -520,6 +520,11 @@ BEGIN
         RAISE EXCEPTION 'machine "%" has no states', idem_define_machine.machine
             USING ERRCODE = '22023';
     END IF;
+    IF cardinality(all_states) > 1000 THEN      -- IDEM_MAX_MACHINE_STATES
+        RAISE EXCEPTION 'state machine "%" has % states, more than the % allowed',
+                idem_define_machine.machine, cardinality(all_states), 1000
+            USING ERRCODE = '54000';
+    END IF;
 
     IF array_position(initial, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'initial states of machine "%" must not contain null', idem_define_machine.machine
@@ -1032,12 +1037,17 @@ CREATE TRIGGER idem_apply_settings
 
 CREATE FUNCTION @extschema@.idem_tenant_isolation(enabled boolean DEFAULT true)
 RETURNS void
-LANGUAGE sql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
+AS $$
+BEGIN
+    IF enabled IS NULL THEN
+        RAISE EXCEPTION 'enabled must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     INSERT INTO @extschema@.idem_settings AS s (tenant_isolation) VALUES (enabled)
         ON CONFLICT (only_row) DO UPDATE SET tenant_isolation = excluded.tenant_isolation;
-END;
+END
+$$;
 
 COMMENT ON FUNCTION @extschema@.idem_tenant_isolation(boolean) IS
     'turn tenant isolation on idempotency.scope on (row-level security, forced) or off';
@@ -1061,6 +1071,11 @@ BEGIN
     IF kind IS NULL OR grantee IS NULL THEN
         RAISE EXCEPTION 'kind and grantee must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Nothing is granted to PUBLIC: name a role.';
     END IF;
     CASE kind
     WHEN 'client' THEN
@@ -1122,13 +1137,19 @@ COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
 
 CREATE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
 RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     s constant text := '@extschema@';
     object record;
 BEGIN
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION 'grantee must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     FOR object IN
         SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
         FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid

@@ -166,6 +166,13 @@ extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *
 extern Datum idem_status_datum(IdemStatus status);
 
 /* A compiled state machine (machine.c). */
+/*
+ * The most states a machine may have.  A compiled machine keeps its moves as
+ * an nstates x nstates matrix in every backend that uses it (1 MB at this
+ * size); business processes have tens of states.
+ */
+#define IDEM_MAX_MACHINE_STATES 1000
+
 typedef struct IdemMachine
 {
 	MemoryContext cxt;			/* holds the machine and everything below */

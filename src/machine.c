@@ -34,6 +34,7 @@
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "parser/parse_coerce.h"
 #include "storage/proc.h"
 #include "utils/array.h"
@@ -169,7 +170,8 @@ machine_load(const IdemObjects *objects, const char *name)
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_TEXTEQ, CStringGetTextDatum(name));
 
-	cxt = AllocSetContextCreate(CacheMemoryContext, "idempotency state machine",
+	/* under the caller's context until complete, so that an error frees it */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idempotency state machine",
 								ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 
@@ -184,9 +186,16 @@ machine_load(const IdemObjects *objects, const char *name)
 		strlcpy(machine->name, name, NAMEDATALEN);
 		text_array_to_cstrings(heap_getattr(tuple, 2, RelationGetDescr(machines), &isnull),
 							   &machine->states, &machine->nstates);
+		/* idem_define_machine refuses more; a hand-edited row may have them */
+		if (machine->nstates > IDEM_MAX_MACHINE_STATES)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("state machine \"%s\" has %d states, more than the %d allowed",
+							name, machine->nstates, IDEM_MAX_MACHINE_STATES)));
 		qsort(machine->states, machine->nstates, sizeof(char *), compare_states);
 		machine->initial = palloc0(sizeof(bool) * Max(machine->nstates, 1));
-		machine->moves = palloc0(sizeof(bool) * Max(machine->nstates * machine->nstates, 1));
+		machine->moves = palloc0(mul_size(sizeof(bool),
+										  Max((Size) machine->nstates * machine->nstates, 1)));
 
 		initial = heap_getattr(tuple, 3, RelationGetDescr(machines), &isnull);
 		if (!isnull)
@@ -232,6 +241,8 @@ machine_load(const IdemObjects *objects, const char *name)
 	table_close(machines, AccessShareLock);
 	if (machine == NULL)
 		MemoryContextDelete(cxt);
+	else
+		MemoryContextSetParent(cxt, CacheMemoryContext);
 	return machine;
 }
 
@@ -323,8 +334,11 @@ idem_machines_changed(PG_FUNCTION_ARGS)
 {
 	const IdemObjects *objects = idem_objects(fcinfo->flinfo->fn_oid);
 
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "idem_machines_changed must be called as a trigger");
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(((TriggerData *) fcinfo->context)->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_machines_changed() must be called as a statement trigger")));
 	CacheInvalidateRelcacheByRelid(objects->machines);
 	PG_RETURN_POINTER(NULL);
 }
@@ -347,7 +361,14 @@ idem_trigger_arg(PG_FUNCTION_ARGS)
 		int			len = nul ? nul - p : end - p;
 
 		if (i == n)
+		{
+			/* tgargs holds text in the database encoding; any other bytea may not */
+			if (!pg_verify_mbstr(GetDatabaseEncoding(), p, len, true))
+				ereport(ERROR,
+						(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+						 errmsg("trigger argument %d is not valid in the database encoding", n)));
 			PG_RETURN_TEXT_P(cstring_to_text_with_len(p, len));
+		}
 		p += len + 1;
 	}
 	PG_RETURN_NULL();

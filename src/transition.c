@@ -371,9 +371,15 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 
 	if (key_is_array)
 	{
+		ArrayType  *key_array = PG_GETARG_ARRAYTYPE_P(1);
 		bool	   *key_nulls;
 
-		deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT,
+		if (ARR_NDIM(key_array) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("key must be a one-dimensional array"),
+					 errhint("Pass the primary key's values in primary key order, as in ARRAY['a', '1'].")));
+		deconstruct_array(key_array, TEXTOID, -1, false, TYPALIGN_INT,
 						  &keys, &key_nulls, &nkeys);
 		for (int i = 0; i < nkeys; i++)
 			if (key_nulls[i])

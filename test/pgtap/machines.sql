@@ -6,7 +6,7 @@
 -- normal lifecycle.  Tables live in the schema mt, records have keys
 -- prefixed "mt.", roles are regress_idem_*; all of it is rolled back.
 BEGIN;
-SELECT plan(124);
+SELECT plan(129);
 
 CREATE SCHEMA mt;
 SET LOCAL search_path = mt, public;
@@ -366,6 +366,27 @@ SELECT lives_ok($$INSERT INTO mt_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
                 'a governed table with a 63-byte name accepts rows');
 SELECT is((SELECT count(*)::int FROM pg_class WHERE relname LIKE 'mt_aaaa%_state_log'), 2,
           'two long table names get two log tables');
+
+-- At most 1000 states: a compiled machine keeps an nstates x nstates matrix
+-- in every backend (46341 states overflowed it into a crash once).
+SELECT throws_ok($$SELECT idem_define_machine('mt.huge', jsonb_build_object('a', '["b"]'::jsonb)
+                       || (SELECT jsonb_object_agg('x' || i, '[]'::jsonb) FROM generate_series(1, 999) i))$$,
+                 '54000', 'state machine "mt.huge" has 1001 states, more than the 1000 allowed',
+                 'a machine of 1001 states is refused');
+SELECT lives_ok($$SELECT idem_define_machine('mt.huge', jsonb_build_object('a', '["b"]'::jsonb)
+                      || (SELECT jsonb_object_agg('x' || i, '[]'::jsonb) FROM generate_series(1, 998) i))$$,
+                'one of 1000 states is defined');
+CREATE TABLE mt_huge (id int PRIMARY KEY, st text);
+SELECT idem_attach_machine('mt_huge', 'st', 'mt.huge');
+INSERT INTO mt_huge VALUES (1, 'a');
+SELECT is(idem_transition('mt_huge', '1', 'b'), 'applied', 'and works');
+-- a definition edited by hand past the limit fails at the next write, cleanly
+UPDATE idem_machines SET states = states || (SELECT array_agg('y' || i) FROM generate_series(1, 50000) i)
+WHERE name = 'mt.huge';
+SELECT throws_ok($$INSERT INTO mt_huge VALUES (2, 'a')$$, '54000',
+                 'state machine "mt.huge" has 51000 states, more than the 1000 allowed',
+                 'a hand-edited definition of 51000 states fails the write with 54000, without a crash');
+SELECT throws_ok($$SELECT idem_transition('mt_huge', '1', 'a')$$, '54000', NULL, 'and so does idem_transition');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -484,7 +484,8 @@ SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress
                 'and the former client is refused every function');
 SELECT lives_ok($$SELECT idem_revoke_all('"regress_idem_sec we''ird; role"')$$, 'idem_revoke_all of the odd name');
 SELECT is_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec we''ird; role')$$, 'which has nothing left either');
-SELECT ok(idem_revoke_all(NULL)::text IS NULL, 'idem_revoke_all(NULL) does nothing (STRICT)');
+SELECT throws_ok($$SELECT idem_revoke_all(NULL)$$, '22004', 'grantee must not be NULL',
+                 'idem_revoke_all(NULL) is an error, like every NULL argument of the API');
 SELECT isnt_empty($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
                   'the other roles keep theirs');
 
