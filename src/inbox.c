@@ -38,17 +38,10 @@
  * policy lets us insert the row but hides it: say so instead of blaming
  * concurrency (as idem_claim does).
  */
-static void
-error_if_hidden(Oid relid, const char *what, text *name, text *consumer)
+static bool
+hidden_by_rls(Oid relid)
 {
-	if (OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("%s \"%s\" of consumer \"%s\" exists, but row-level security hides it",
-						what, text_to_cstring(name), text_to_cstring(consumer)),
-				 errdetail("The INSERT conflicts with a row of \"%s\" that its policies do not let this role read.",
-						   get_rel_name(relid)),
-				 errhint("Check idempotency.scope and the policies of the table.")));
+	return OidIsValid(relid) && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED;
 }
 
 PG_FUNCTION_INFO_V1(idem_inbox_accept);
@@ -107,8 +100,13 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 			accepted = false;	/* a live duplicate */
 			break;
 		}
-		if (round == MAX_SEQ_ROUNDS)
-			error_if_hidden(objects->inbox, "message", message_id, consumer);
+		if (round == MAX_SEQ_ROUNDS && hidden_by_rls(objects->inbox))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("message \"%s\" of consumer \"%s\" exists, but row-level security hides it",
+							text_to_cstring(message_id), text_to_cstring(consumer)),
+					 errdetail("The INSERT conflicts with a row of idem_inbox that its policies do not let this role read."),
+					 errhint("Check idempotency.scope and the policies of idem_inbox.")));
 		if (round == MAX_SEQ_ROUNDS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -160,10 +158,15 @@ idem_inbox_accept_seq(PG_FUNCTION_ARGS)
 	{
 		Datum		watermark;
 
-		if (round == MAX_SEQ_ROUNDS)
-			error_if_hidden(get_relname_relid("idem_inbox_streams",
-											  get_rel_namespace(idem_objects_current()->inbox)),
-							"stream", stream, consumer);
+		if (round == MAX_SEQ_ROUNDS &&
+			hidden_by_rls(get_relname_relid("idem_inbox_streams",
+											get_rel_namespace(idem_objects_current()->inbox))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("stream \"%s\" of consumer \"%s\" exists, but row-level security hides it",
+							text_to_cstring(stream), text_to_cstring(consumer)),
+					 errdetail("The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read."),
+					 errhint("Check idempotency.scope and the policies of idem_inbox_streams.")));
 		if (round == MAX_SEQ_ROUNDS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

@@ -231,10 +231,10 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	 * purge_after (<= expires_at, see the install script); a record whose
 	 * purge_after has passed but whose completion moved expires_at later
 	 * (work that took long) is read again by each batch until it expires.
-	 * The statement advances the token epoch
-	 * (see STMT_INSERT) when, and only when, it has rows to delete; the
-	 * sequence is not transactional, so the new epoch is visible before the
-	 * deletion is.
+	 * The statement advances the token epoch ($3, the sequence's OID: never
+	 * a name pasted into a literal) when, and only when, it has rows to
+	 * delete; the sequence is not transactional, so the new epoch is visible
+	 * before the deletion is (see STMT_INSERT).
 	 */
 	[STMT_PURGE_RECORDS] = {
 		"WITH doomed AS (SELECT ctid FROM @S@.idempotency_records "
@@ -389,12 +389,12 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 
 /*
  * Every statement here looks rows up by primary key (purge: by purge_after),
- * and so do idem_transition's (transition.c).  A
- * generic plan made while the table was nearly empty (a new install, or just
- * after a purge and VACUUM) would scan it sequentially, and stay cached while
- * the table grows: a bulk claim in one transaction then turns quadratic.  So
- * our statements are executed, and hence planned, with sequential scans
- * discouraged; the setting is restored however the statement ends.
+ * and so do idem_transition's (transition.c).  A generic plan made while the
+ * table was nearly empty (a new install, or just after a purge and VACUUM)
+ * would scan it sequentially, and stay cached while the table grows: a bulk
+ * claim in one transaction then turns quadratic.  So these statements are
+ * executed, and hence planned, with sequential scans discouraged; the
+ * setting is restored however the statement ends.
  */
 int
 idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
