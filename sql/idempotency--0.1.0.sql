@@ -1010,22 +1010,17 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    isolated constant boolean := TG_OP <> 'DELETE' AND NEW.tenant_isolation;
+    t regclass;
 BEGIN
-    IF TG_OP <> 'DELETE' AND NEW.tenant_isolation THEN
-        ALTER TABLE @extschema@.idempotency_records
-            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-        ALTER TABLE @extschema@.idem_inbox
-            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-        ALTER TABLE @extschema@.idem_inbox_streams
-            ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
-    ELSE
-        ALTER TABLE @extschema@.idempotency_records
-            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
-        ALTER TABLE @extschema@.idem_inbox
-            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
-        ALTER TABLE @extschema@.idem_inbox_streams
-            DISABLE ROW LEVEL SECURITY, NO FORCE ROW LEVEL SECURITY;
-    END IF;
+    FOREACH t IN ARRAY ARRAY['@extschema@.idempotency_records', '@extschema@.idem_inbox',
+                             '@extschema@.idem_inbox_streams']::regclass[] LOOP
+        -- regclass prints a quoted, qualified name
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY, %s ROW LEVEL SECURITY', t,
+                       CASE WHEN isolated THEN 'ENABLE' ELSE 'DISABLE' END,
+                       CASE WHEN isolated THEN 'FORCE' ELSE 'NO FORCE' END);
+    END LOOP;
     RETURN NULL;
 END
 $$;

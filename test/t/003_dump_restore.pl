@@ -138,9 +138,11 @@ is( $node->safe_psql('source', q{
 	'3', 'among them a taken-over, a released and an expired record');
 is($node->safe_psql('source', q{SELECT last_value, is_called FROM idem_token_epoch}),
 	'1|t', 'the source purged once: the token epoch is 1');
-is( $node->safe_psql('source', q{
-		SELECT string_agg(relname || ':' || relrowsecurity || '/' || relforcerowsecurity, ',' ORDER BY relname)
-		  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')}),
+# row-level security of the three tables: enabled/forced
+my $rls_state = q{
+	SELECT string_agg(relname || ':' || relrowsecurity || '/' || relforcerowsecurity, ',' ORDER BY relname)
+	  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')};
+is($node->safe_psql('source', $rls_state),
 	'idem_inbox:true/true,idem_inbox_streams:true/true,idempotency_records:true/true',
 	'the source has tenant isolation on (row-level security enabled and forced)');
 is($node->safe_psql('source', q{SELECT string_agg(id || ':' || status, ',' ORDER BY id) FROM payments}),
@@ -383,9 +385,6 @@ is( $node->safe_psql(
 # above), and the grants.  pg_dump writes no row-level security for an
 # extension's tables, but the setting's row in idem_settings is dumped, and
 # loading it turns isolation on again (its trigger fires on the COPY).
-my $rls_state = q{
-	SELECT string_agg(relname || ':' || relrowsecurity || '/' || relforcerowsecurity, ',' ORDER BY relname)
-	  FROM pg_class WHERE relname IN ('idempotency_records', 'idem_inbox', 'idem_inbox_streams')};
 is($node->safe_psql('restored', $rls_state),
 	'idem_inbox:true/true,idem_inbox_streams:true/true,idempotency_records:true/true',
 	'row-level security is enabled and forced again after the restore');
