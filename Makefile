@@ -2,13 +2,20 @@
 # what the build needs first; `include $(PGXS)` fails without pg_config.
 
 EXTENSION = idempotency
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
 
 MODULE_big = idempotency
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
 HEADERS = src/idempotency.h
 
-DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+# Released scripts never change.  Every SQL change after a release goes into
+# the upgrade script to the next version; the install script of the current
+# version is built from the first release and the upgrade chain, so a fresh
+# install and an updated one cannot drift apart (test/pgtap/upgrade.sql and
+# sql/upgrade_catalog.sql check both).
+UPGRADE_CHAIN = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.1.0--0.2.0.sql
+DATA = $(UPGRADE_CHAIN)
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 
 # Tests are found by wildcard: adding a file is enough.
 #   sql/*.sql + expected/*.out          pg_regress (the SQL surface and errors)
@@ -28,6 +35,9 @@ EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check log
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
+	cat $^ > $@
 
 # Every module includes the one shared header.
 $(OBJS): src/idempotency.h

@@ -13,7 +13,7 @@ SELECT extname, extversion, extrelocatable, extnamespace::regnamespace AS schema
 FROM pg_extension WHERE extname = 'idempotency';
 
 SELECT name, version, installed, trusted, relocatable, schema, requires, comment
-FROM pg_available_extension_versions WHERE name = 'idempotency';
+FROM pg_available_extension_versions WHERE name = 'idempotency' ORDER BY version;
 
 -- Its member objects (what \dx+ idempotency lists).
 SELECT pg_describe_object(classid, objid, objsubid) AS object

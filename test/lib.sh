@@ -28,7 +28,9 @@ idem_install_packages() {
     idem_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-idem_bindir() { echo "/usr/lib/postgresql/$IDEM_PG_MAJOR/bin"; }
+# IDEM_PG_BINDIR points at another (relocated) installation of the same major
+# version, so that several checkouts can install and test side by side.
+idem_bindir() { echo "${IDEM_PG_BINDIR:-/usr/lib/postgresql/$IDEM_PG_MAJOR/bin}"; }
 
 # Build with -Werror and install into the server's directories.
 idem_build_install() {
