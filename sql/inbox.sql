@@ -82,6 +82,14 @@ SELECT idem_inbox_accept('ib-b', 'm-1') AS accepted;
 SELECT idem_inbox_accept('ib-b', 'm-1') AS accepted;
 :inbox;
 
+-- The purge worker runs beside the suite (test/run preloads the library)
+-- and would delete the expired rows below before this test looks at them:
+-- one transaction holds it off (its DELETE waits for the EXCLUSIVE lock and
+-- then finds nothing left).  Expiry is checked with clock_timestamp(); an
+-- expected error rolls back only its own statement (ON_ERROR_ROLLBACK).
+\set ON_ERROR_ROLLBACK on
+BEGIN;
+LOCK TABLE idempotency_records, idem_inbox IN EXCLUSIVE MODE;
 -- Past its retention a message counts as new again: the row is revived with
 -- the new call's retention, and is a duplicate from then on.
 SELECT idem_inbox_accept('ib-r', 'm-short', '500 ms') AS first,
@@ -95,6 +103,9 @@ SELECT idem_inbox_accept('ib-r', 'm-short', '1 hour') AS again;
 SELECT pg_temp.save() AS saved;
 SELECT idem_inbox_accept('ib-r', 'm-short', '7 days') AS accepted;
 TABLE unchanged;
+
+COMMIT;
+\set ON_ERROR_ROLLBACK off
 
 -- NULLs: consumer, message id and wait are required; retention takes the default
 SELECT pg_temp.save() AS saved;
@@ -322,6 +333,14 @@ TABLE unchanged;
 SELECT pg_temp.expect_error($$SELECT idem_purge(NULL, NULL)$$);
 TABLE unchanged;
 
+-- The purge worker runs beside the suite (test/run preloads the library)
+-- and would delete the expired rows below before this test looks at them:
+-- one transaction holds it off (its DELETE waits for the EXCLUSIVE lock and
+-- then finds nothing left).  Expiry is checked with clock_timestamp(); an
+-- expected error rolls back only its own statement (ON_ERROR_ROLLBACK).
+\set ON_ERROR_ROLLBACK on
+BEGIN;
+LOCK TABLE idempotency_records, idem_inbox IN EXCLUSIVE MODE;
 -- Rows to purge or keep, all with a short retention unless said otherwise:
 --   ib-succeeded, ib-failed (final), ib-retryable (retryable failure): finished, purged
 --   ib-kept: succeeded, retention 1 hour: kept
@@ -412,6 +431,9 @@ SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- keep later token
 SELECT outcome, token, status, attempts, result FROM idem_claim('ib-succeeded', '\x02', '1 hour');
 -- A purged message is new.
 SELECT idem_inbox_accept('ib-p', 'old-1') AS accepted;
+
+COMMIT;
+\set ON_ERROR_ROLLBACK off
 
 -- clean up
 DELETE FROM idem_inbox WHERE consumer LIKE 'ib-%';

@@ -9,13 +9,13 @@
 \i sql/include/expect_error.sql
 CREATE FUNCTION pg_temp.lease(expires timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN expires IS NULL THEN 'none'
-                WHEN expires > now() THEN 'live'
+                WHEN expires > clock_timestamp() THEN 'live'
                 ELSE 'expired' END
 $$;
 
 -- What a claim returns, and what a record holds, without timestamps.
-\set claimed 'outcome, token, status, response_code, result, error, recovery_point, pg_temp.lease(lease_expires_at) AS lease, attempts, expires_at > now() AS retained'
-\set record 'token, status, attempts, response_code, retryable, recovery_point, result, error, pg_temp.lease(lease_expires_at) AS lease, expires_at > now() AS retained'
+\set claimed 'outcome, token, status, response_code, result, error, recovery_point, pg_temp.lease(lease_expires_at) AS lease, attempts, expires_at > clock_timestamp() AS retained'
+\set record 'token, status, attempts, response_code, retryable, recovery_point, result, error, pg_temp.lease(lease_expires_at) AS lease, expires_at > clock_timestamp() AS retained'
 
 -- This test's records all have keys starting with 'lc-'.
 DELETE FROM idempotency_records WHERE key LIKE 'lc-%';
@@ -203,6 +203,14 @@ SELECT pg_temp.expect_error($$SELECT idem_complete('lc-j', 1, '{}')$$);
 SELECT idem_complete('lc-j', 3, '{"id": 10}');
 SELECT :claimed FROM idem_claim('lc-j', idem_fingerprint('request j2'::text), '1 hour');
 
+-- The purge worker runs beside the suite (test/run preloads the library)
+-- and would delete the expired rows below before this test looks at them:
+-- one transaction holds it off (its DELETE waits for the EXCLUSIVE lock and
+-- then finds nothing left).  Expiry is checked with clock_timestamp(); an
+-- expected error rolls back only its own statement (ON_ERROR_ROLLBACK).
+\set ON_ERROR_ROLLBACK on
+BEGIN;
+LOCK TABLE idempotency_records, idem_inbox IN EXCLUSIVE MODE;
 --
 -- retention: a finished record past its retention counts as absent
 --
@@ -239,6 +247,9 @@ SELECT pg_sleep(0.3);
 SELECT :claimed FROM idem_claim('lc-n', idem_fingerprint('request n'::text), '1 hour');
 SELECT pg_temp.expect_error($$SELECT idem_claim('lc-n', idem_fingerprint('request n2'::text), '1 hour')$$);
 
+COMMIT;
+\set ON_ERROR_ROLLBACK off
+
 -- The default retention (idempotency.retention) applies when retention is NULL.
 SELECT expires_at - created_at AS retention FROM idem_lookup('lc-c');
 SET idempotency.retention = '1h';
@@ -271,6 +282,7 @@ BEGIN;
 SELECT token FROM idem_claim('lc-u', idem_fingerprint('request u'::text), '1 hour');
 SELECT idem_complete('lc-u', 1, '{"id": 21}');
 COMMIT;
+\set ON_ERROR_ROLLBACK off
 SELECT :claimed FROM idem_claim('lc-u', idem_fingerprint('request u'::text), '1 hour');
 
 --

@@ -152,7 +152,8 @@ REVOKE ALL ON FUNCTION idem_lookup(text, text),
 --
 LOAD 'idempotency';
 
-SELECT name, setting, unit, boot_val, reset_val, min_val, max_val, context, vartype, short_desc
+-- The defaults (boot_val): test/run's postgresql.conf sets the worker's.
+SELECT name, unit, boot_val, min_val, max_val, context, vartype, short_desc
 FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;
 
 SHOW idempotency.default_lease;

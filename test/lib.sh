@@ -75,6 +75,17 @@ idem_cluster_start() {
     IDEM_CLUSTER_DIR=$dir
 }
 
+# idem_preload_conf DB...: the postgresql.conf lines of the configuration the
+# README recommends, for IDEM_EXTRA_CONF: the library preloaded and the purge
+# worker purging databases DB... every second (so that its runs overlap the
+# tests that use those databases).
+idem_preload_conf() {
+    local IFS=,
+    printf '%s\n' "shared_preload_libraries = 'idempotency'" \
+        "idempotency.databases = '$*'" \
+        "idempotency.purge_interval = 1"
+}
+
 idem_cluster_stop() {
     [ -n "${IDEM_CLUSTER_DIR:-}" ] || return 0
     idem_as_cluster_user "$(idem_bindir)/pg_ctl" -D "$IDEM_CLUSTER_DIR/data" -m fast -w stop \

@@ -1,0 +1,34 @@
+--
+-- Without shared_preload_libraries: what holds only when the library is
+-- loaded on first use.  test/run runs this file on a cluster of its own that
+-- does not preload the library (the rest of the suite runs preloaded).
+--
+--   idem_stats(), idem_stats_reset()   55000 with a hint: statistics live in
+--                                      shared memory, reserved only at start
+--   everything else works: a claim is not refused
+--
+
+\i sql/include/expect_error.sql
+
+SELECT current_setting('shared_preload_libraries') !~ 'idempotency' AS not_preloaded;
+
+SELECT pg_temp.expect_error($$SELECT * FROM idem_stats()$$);
+SELECT pg_temp.expect_error($$SELECT idem_stats_reset()$$);
+-- the same without the helper, as a client sees it
+SELECT * FROM idem_stats();
+-- ... and counting still works without them: a claim is not refused.
+SELECT outcome, token > 0 AS has_token FROM idem_claim('un-stats', '\x01', '1 hour');
+SELECT idem_complete('un-stats', (SELECT token FROM idempotency_records WHERE key = 'un-stats'));
+DELETE FROM idempotency_records WHERE key = 'un-stats';
+
+-- idem_stats is PUBLIC: a role without grants gets the same 55000; the
+-- reset is granted only, so it is refused before anything else.
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_idem_unpreloaded;
+RESET client_min_messages;
+CREATE ROLE regress_idem_unpreloaded;
+SET ROLE regress_idem_unpreloaded;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_stats()$$);
+SELECT pg_temp.expect_error($$SELECT idem_stats_reset()$$);
+RESET ROLE;
+DROP ROLE regress_idem_unpreloaded;
