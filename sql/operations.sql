@@ -70,6 +70,7 @@ SELECT * FROM idem_stats();
 -- ... and counting still works without them: a claim is not refused.
 SELECT outcome, token FROM idem_claim('op-stats', '\x01', '1 hour');
 DELETE FROM idempotency_records WHERE key = 'op-stats';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 --
 -- idem_await: arguments
@@ -168,6 +169,7 @@ FROM unnest(ARRAY['op-aw-done', 'op-aw-missing', 'op-aw-unknown', 'op-aw-release
 ORDER BY k;
 
 DELETE FROM idempotency_records WHERE key LIKE 'op-aw-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 --
 -- idem_stuck: unknown outcomes and expired leases, oldest (by created_at) first
@@ -216,6 +218,7 @@ SELECT key, reason FROM idem_stuck WHERE key = 'op-st-j';
 ROLLBACK;
 
 DELETE FROM idempotency_records WHERE key LIKE 'op-st-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 --
 -- idem_summary: records by scope and status; "expired" counts the finished

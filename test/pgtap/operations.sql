@@ -403,3 +403,4 @@ ROLLBACK;
 
 -- what the other sessions committed
 DELETE FROM idempotency_records WHERE key LIKE 'ot.%';
+DO $$ BEGIN PERFORM setval('idem_token_epoch', 1, false); END $$;  -- a DELETE moves the epoch

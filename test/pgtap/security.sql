@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 39::bigint, 'the extension has 39 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 42::bigint, 'the extension has 42 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -153,7 +153,9 @@ INSERT INTO calls VALUES
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
-    ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$);
+    ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
+    ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
+    ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$);
 GRANT SELECT ON calls TO PUBLIC;
 SELECT set_eq($$SELECT signature FROM calls$$,
               $$SELECT signature FROM ext_functions f
