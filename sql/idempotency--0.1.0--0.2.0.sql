@@ -42,3 +42,20 @@ CREATE TRIGGER idem_records_removed
 CREATE TRIGGER idem_records_truncated
     AFTER TRUNCATE ON @extschema@.idempotency_records
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_records_truncated();
+
+/*
+ * The build's identity (issue 12): which SQL version is installed, which
+ * library serves it, built from what, for which PostgreSQL.  Readable by
+ * all, like version(); it touches no data.
+ */
+CREATE FUNCTION @extschema@.idem_version(
+    OUT sql_version text,
+    OUT library_version text,
+    OUT build_id text,
+    OUT postgresql_major integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_version'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_version() IS
+    'the installed SQL version (extversion), the library''s version, its build (git commit) and the PostgreSQL major version it was compiled for';

@@ -240,4 +240,7 @@ extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 extern void idem_removal_reuse_begin(text *scope, text *key);
 extern void idem_removal_reuse_end(void);
 
+/* version.c */
+extern void idem_version_check(Oid fn_oid);
+
 #endif							/* IDEMPOTENCY_H */
