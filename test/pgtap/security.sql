@@ -99,8 +99,9 @@ SELECT results_eq(
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
              ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
-             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)')$$,
-    'PUBLIC may execute only pure functions, readers of definitions and counters, trigger functions, '
+             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
+             ('idem_version()')$$,
+    'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
     'and idem_transition (which acts with the caller''s table privileges)');
 
 -- the script itself
