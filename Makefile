@@ -11,8 +11,9 @@ HEADERS = src/idempotency.h
 # Released scripts never change.  Every SQL change after a release goes into
 # the upgrade script to the next version; the install script of the current
 # version is built from the first release and the upgrade chain, so a fresh
-# install and an updated one cannot drift apart (test/pgtap/upgrade.sql and
-# sql/upgrade_catalog.sql check both).
+# install and an updated one cannot drift apart (test/t/005_upgrade.pl compares
+# their catalogs and checks that an update keeps the data; sql/upgrade_chain.sql
+# walks the chain).
 UPGRADE_CHAIN = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.1.0--0.2.0.sql
 DATA = $(UPGRADE_CHAIN)
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
