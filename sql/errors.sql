@@ -331,3 +331,4 @@ FROM idempotency_records WHERE key LIKE 'e-%' ORDER BY key COLLATE "C", scope;
 TABLE unchanged;
 
 DELETE FROM idempotency_records WHERE key LIKE 'e-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch

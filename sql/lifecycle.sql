@@ -299,3 +299,4 @@ SELECT key, scope, token, status, attempts, response_code, retryable, result, er
 FROM idempotency_records WHERE key LIKE 'lc-%' ORDER BY key, scope;
 
 DELETE FROM idempotency_records WHERE key LIKE 'lc-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch

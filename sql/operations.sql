@@ -78,6 +78,7 @@ SELECT (:counter 'claims_new') - :new_before AS new_counted,
 SELECT idem_stats_reset();
 SELECT value AS claims_new_after_reset FROM idem_stats() WHERE counter = 'claims_new';
 DELETE FROM idempotency_records WHERE key = 'op-stats';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 --
 -- idem_await: arguments
@@ -178,6 +179,7 @@ FROM unnest(ARRAY['op-aw-done', 'op-aw-missing', 'op-aw-unknown', 'op-aw-release
 ORDER BY k;
 
 DELETE FROM idempotency_records WHERE key LIKE 'op-aw-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 --
 -- idem_stuck: unknown outcomes and expired leases, oldest (by created_at) first
@@ -226,6 +228,7 @@ SELECT key, reason FROM idem_stuck WHERE key = 'op-st-j';
 ROLLBACK;
 
 DELETE FROM idempotency_records WHERE key LIKE 'op-st-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 
 -- The purge worker runs beside the suite (test/run preloads the library)
 -- and would delete the expired rows below before this test looks at them:

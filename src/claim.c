@@ -371,7 +371,13 @@ idem_claim(PG_FUNCTION_ARGS)
 		outcome = classify(&rec, fingerprint, now, key, scope);
 		if (outcome == NEEDS_REUSE)
 		{
-			if (!idem_store_exec(&store, STMT_REUSE, new_args, NULL, false, &rec, caller_cxt))
+			bool		reused;
+
+			/* the key is never absent: no epoch spent (removal.c) */
+			idem_removal_reuse_begin(scope, key);
+			reused = idem_store_exec(&store, STMT_REUSE, new_args, NULL, false, &rec, caller_cxt);
+			idem_removal_reuse_end();
+			if (!reused)
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_NEW;
 		}

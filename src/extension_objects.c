@@ -72,6 +72,7 @@ objects_load(Oid fn_oid)
 	nsp = get_func_namespace(fn_oid);
 	if (!OidIsValid(nsp))
 		elog(ERROR, "cache lookup failed for function %u", fn_oid);
+	idem_version_check(fn_oid);
 
 	loaded.namespace = nsp;
 	loaded.records = relation_in(nsp, "idempotency_records");

@@ -236,4 +236,11 @@ extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *na
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *name);
 
+/* removal.c: idem_claim's reuse of a record is no removal */
+extern void idem_removal_reuse_begin(text *scope, text *key);
+extern void idem_removal_reuse_end(void);
+
+/* version.c */
+extern void idem_version_check(Oid fn_oid);
+
 #endif							/* IDEMPOTENCY_H */

@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 39::bigint, 'the extension has 39 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 42::bigint, 'the extension has 42 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -99,8 +99,9 @@ SELECT results_eq(
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
              ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
-             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)')$$,
-    'PUBLIC may execute only pure functions, readers of definitions and counters, trigger functions, '
+             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
+             ('idem_version()')$$,
+    'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
     'and idem_transition (which acts with the caller''s table privileges)');
 
 -- the script itself
@@ -153,7 +154,9 @@ INSERT INTO calls VALUES
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
-    ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$);
+    ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
+    ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
+    ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$);
 GRANT SELECT ON calls TO PUBLIC;
 SELECT set_eq($$SELECT signature FROM calls$$,
               $$SELECT signature FROM ext_functions f
