@@ -152,8 +152,17 @@ _PG_init(void)
 		idem_worker_preload();
 	}
 	else if (idem_purge_databases[0] != '\0')
-		ereport(LOG,
+	{
+		/*
+		 * Every backend that loads the library gets here, and without
+		 * preloading there is no shared memory to remember that one of them
+		 * said it already: at LOG, a busy server would log this once per
+		 * connection.  DEBUG1 keeps it for whoever looks; a DBA sees the
+		 * missing launcher in pg_stat_activity.
+		 */
+		ereport(DEBUG1,
 				(errmsg("idempotency.databases is set, but no purge worker runs"),
 				 errdetail("The purge worker starts only when the server loads the library at start."),
 				 errhint("Add idempotency to shared_preload_libraries and restart the server, or purge with pg_cron.")));
+	}
 }
