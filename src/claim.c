@@ -319,7 +319,6 @@ idem_claim(PG_FUNCTION_ARGS)
 			int64		token;
 
 			if (!wait && idem_store_insert_in_progress(idem_objects_current()->records,
-													   idem_objects_current()->records_pkey,
 													   scope, key))
 			{
 				outcome = OUTCOME_IN_PROGRESS;
