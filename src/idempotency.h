@@ -157,6 +157,7 @@ extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
 extern Oid	idem_primary_key(Relation heap);
 extern void idem_check_record_shape(TupleDesc desc);
+extern void idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec);
 extern void idem_store_retire_plan(SPIPlanPtr plan);
 extern uint64 idem_store_processed(void);
 extern int	idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,

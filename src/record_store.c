@@ -46,6 +46,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -430,28 +431,63 @@ status_from_datum(Datum value)
 
 /*
  * Refuse a row type of idempotency_records that is not the one of the install
- * script (a column added or dropped with ALTER TABLE): the store reads and
- * returns records by column position.  desc is the table's, or the row type
- * of a function returning the table's rows; either costs nothing to get.
- * The statements of the SPI path name their columns, so they would not see
- * an added column; the direct read and idem_lookup/idem_await would.
+ * script (a column added with ALTER TABLE): the store reads and returns
+ * records by column position.  A column added and dropped again leaves a
+ * dropped attribute at the end, which is harmless.  desc is the table's, or
+ * the row type of a function returning the table's rows; either costs
+ * nothing to get, and the loop reads the attributes' flags only.  The
+ * statements of the SPI path name their columns, so they do not see an added
+ * column; the direct read and idem_lookup/idem_await would.
  */
 void
 idem_check_record_shape(TupleDesc desc)
 {
-	bool		dropped = false;
+	int			live = 0;
+	bool		in_place = desc->natts >= IDEM_NUM_COLUMNS;
 
-	for (int i = 0; i < desc->natts && i < IDEM_NUM_COLUMNS; i++)
-		dropped |= TupleDescAttr(desc, i)->attisdropped;
-	if (desc->natts != IDEM_NUM_COLUMNS || dropped)
+	for (int i = 0; i < desc->natts; i++)
+	{
+		bool		dropped = TupleDescAttr(desc, i)->attisdropped;
+
+		live += dropped ? 0 : 1;
+		if (dropped == (i < IDEM_NUM_COLUMNS))
+			in_place = false;
+	}
+	if (!in_place)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"idempotency_records\" does not have the columns that extension \"idempotency\" expects"),
-				 dropped ?
-				 errdetail("A column of the table was dropped.") :
-				 errdetail("The table has %d columns, and the extension expects %d.",
-						   desc->natts, IDEM_NUM_COLUMNS),
-				 errhint("Drop the columns added to idempotency_records and keep such data in a table of your own keyed by (scope, key); after a dropped column, reinstall the extension.")));
+				 errdetail("The table has %d columns, and the extension expects its %d columns in the order of its install script.",
+						   live, IDEM_NUM_COLUMNS),
+				 errhint("Drop the columns added to idempotency_records, and keep such data in a table of your own keyed by (scope, key).")));
+}
+
+/*
+ * Return rec as a row of rsinfo's materialized result, whose row type is
+ * idempotency_records: checked first, then filled up with NULL for the
+ * dropped attributes it may have after the extension's columns.
+ */
+void
+idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec)
+{
+	TupleDesc	desc = rsinfo->setDesc;
+	Datum	   *values = rec->values;
+	bool	   *nulls = rec->nulls;
+
+	idem_check_record_shape(desc);
+	if (desc->natts > IDEM_NUM_COLUMNS)
+	{
+		values = palloc(sizeof(Datum) * desc->natts);
+		nulls = palloc(sizeof(bool) * desc->natts);
+		memcpy(values, rec->values, sizeof(rec->values));
+		memcpy(nulls, rec->nulls, sizeof(rec->nulls));
+		for (int i = IDEM_NUM_COLUMNS; i < desc->natts; i++)
+		{
+			values[i] = (Datum) 0;
+			nulls[i] = true;
+		}
+	}
+	tuplestore_putvalues(rsinfo->setResult, desc, values, nulls);
 }
 
 /* Copy a deformed row's by-reference values into copy_to and decode it. */
@@ -460,7 +496,6 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 {
 	MemoryContext old = MemoryContextSwitchTo(copy_to);
 
-	Assert(desc->natts == IDEM_NUM_COLUMNS);
 	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
