@@ -311,6 +311,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	new_args[5] = TimestampTzGetDatum(expires_at);
 
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	store.for_write = true;
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
 	{

@@ -143,6 +143,7 @@ extern const IdemObjects *idem_objects_current(void);
 typedef struct IdemStore
 {
 	bool		spi_connected;	/* SPI_connect is done lazily, at first need */
+	bool		for_write;		/* the call may write the records it reads */
 } IdemStore;
 
 /* record_store.c */

@@ -45,6 +45,7 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
@@ -392,6 +393,7 @@ idem_store_open(IdemStore *store, Oid fn_oid)
 		free_retired_plans();
 
 	store->spi_connected = false;
+	store->for_write = false;
 	objects = idem_objects(fn_oid);
 	if (plans_generation != objects->generation)
 	{
@@ -591,10 +593,28 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
  * through SPI, which applies column privileges and policies.
  */
 static bool
-direct_read_allowed(void)
+direct_read_allowed(AclMode *held)
 {
-	return pg_class_aclcheck(objects->records, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+	*held = pg_class_aclmask(objects->records, GetUserId(), ACL_SELECT | ACL_INSERT,
+							 ACLMASK_ALL);
+	return (*held & ACL_SELECT) != 0 &&
 		check_enable_rls(objects->records, InvalidOid, true) != RLS_ENABLED;
+}
+
+/*
+ * The lock a direct read takes on a table that the call may write next.  A
+ * writer that read under AccessShareLock and then asks for RowExclusiveLock
+ * deadlocks with REINDEX TABLE, which takes ShareLock on the table (granted
+ * beside our AccessShareLock) and then waits for AccessExclusiveLock on the
+ * index we are reading.  So a writer takes its write lock first, when it may
+ * write (its INSERT would need the privilege anyway) and can (not on a hot
+ * standby, where a claim may still replay).
+ */
+static LOCKMODE
+read_lock(bool for_write, AclMode held)
+{
+	return for_write && (held & ACL_INSERT) != 0 && !RecoveryInProgress() ?
+		RowExclusiveLock : AccessShareLock;
 }
 
 /*
@@ -617,8 +637,10 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	AclMode		held;
+	LOCKMODE	lockmode;
 
-	if (!direct_read_allowed())
+	if (!direct_read_allowed(&held))
 	{
 		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 
@@ -634,7 +656,8 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	else
 		snapshot = RegisterSnapshot(GetActiveSnapshot());
 
-	heap = table_open(objects->records, AccessShareLock);
+	lockmode = read_lock(store->for_write, held);
+	heap = table_open(objects->records, lockmode);
 	idem_check_record_shape(RelationGetDescr(heap));
 	index = index_open(idem_primary_key(heap), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
@@ -710,7 +733,8 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 		check_enable_rls(heap_oid, InvalidOid, true) == RLS_ENABLED)
 		return false;
 
-	heap = table_open(heap_oid, AccessShareLock);
+	/* the caller inserts next: its lock first (see read_lock) */
+	heap = table_open(heap_oid, RowExclusiveLock);
 	index = index_open(idem_primary_key(heap), AccessShareLock);
 
 	InitDirtySnapshot(dirty);
@@ -735,7 +759,7 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	ExecDropSingleTupleTableSlot(slot);
 
 	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	table_close(heap, NoLock);
 	return in_progress;
 }
 

@@ -343,7 +343,8 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)),
 					   get_rel_name(relid));
-	rel = table_open(relid, AccessShareLock);
+	/* the lock of the UPDATE that follows, taken first: see read_lock() */
+	rel = table_open(relid, RowExclusiveLock);
 	trigger = find_attachment(rel, objects->enforce_fn,
 							  PG_ARGISNULL(4) ? NULL : NameStr(*PG_GETARG_NAME(4)));
 	/* copies: the relcache may rebuild rel's triggers at the next lock */
