@@ -5,7 +5,11 @@
  *
  * A claim reads the record first (idem_store_fetch: a primary-key lookup
  * without the executor where privileges allow), so a replay costs one index
- * probe and writes nothing.  Only when the key must change hands does it write:
+ * probe and writes nothing.  That read takes RowExclusiveLock on the table
+ * (where the caller may insert, and not on a hot standby), the lock its
+ * writes need: asking for it only after reading under AccessShareLock would
+ * deadlock with REINDEX TABLE, which holds ShareLock on the table while it
+ * waits for the index.  Only when the key must change hands does it write:
  *
  *	 - no row: INSERT ... ON CONFLICT DO NOTHING.  A concurrent uncommitted
  *	   claim of the same key makes the INSERT wait for that transaction, as
