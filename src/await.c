@@ -85,6 +85,8 @@ idem_await(PG_FUNCTION_ARGS)
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
+	/* before waiting: the SPI path would not notice an added column */
+	idem_check_record_shape(rsinfo->setDesc);
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	round_cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_await round",
 									  ALLOCSET_DEFAULT_SIZES);
@@ -114,7 +116,7 @@ idem_await(PG_FUNCTION_ARGS)
 		/* a waiter is no owner: it does not learn the fencing token */
 		rec.nulls[COL_TOKEN] = true;
 
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rec.values, rec.nulls);
+		idem_put_record(rsinfo, &rec);
 		MemoryContextSwitchTo(old);
 	}
 	MemoryContextDelete(round_cxt);

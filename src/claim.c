@@ -5,7 +5,11 @@
  *
  * A claim reads the record first (idem_store_fetch: a primary-key lookup
  * without the executor where privileges allow), so a replay costs one index
- * probe and writes nothing.  Only when the key must change hands does it write:
+ * probe and writes nothing.  That read takes RowExclusiveLock on the table
+ * (where the caller may insert, and not on a hot standby), the lock its
+ * writes need: asking for it only after reading under AccessShareLock would
+ * deadlock with REINDEX TABLE, which holds ShareLock on the table while it
+ * waits for the index.  Only when the key must change hands does it write:
  *
  *	 - no row: INSERT ... ON CONFLICT DO NOTHING.  A concurrent uncommitted
  *	   claim of the same key makes the INSERT wait for that transaction, as
@@ -311,6 +315,7 @@ idem_claim(PG_FUNCTION_ARGS)
 	new_args[5] = TimestampTzGetDatum(expires_at);
 
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	store.for_write = true;
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
 	{
@@ -319,7 +324,6 @@ idem_claim(PG_FUNCTION_ARGS)
 			int64		token;
 
 			if (!wait && idem_store_insert_in_progress(idem_objects_current()->records,
-													   idem_objects_current()->records_pkey,
 													   scope, key))
 			{
 				outcome = OUTCOME_IN_PROGRESS;

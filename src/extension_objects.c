@@ -10,8 +10,18 @@
  * idem_status type: DROP and CREATE EXTENSION (new OIDs), ALTER SCHEMA
  * RENAME.  Other schemas and types come and go all the time (every CREATE
  * TEMP TABLE makes a type) and do not cost a reload.  Modules that derive
- * their own caches from these OIDs compare "generation" to know when to
- * rebuild them.
+ * their own caches from these objects compare "generation" to know when to
+ * rebuild them; it grows only when a reload finds something different, so
+ * that a GRANT on the schema (which invalidates it too) costs a reload here
+ * but no statement is prepared again.
+ *
+ * Only OIDs that stay the same for the life of the objects are kept here:
+ * those of tables, the sequence, the type and the function.  Index OIDs are
+ * not: REINDEX CONCURRENTLY replaces an index by a new one with a new OID.
+ * Callers find a table's primary key from the table's relcache entry
+ * (RelationGetPrimaryKeyIndex), which relcache invalidation keeps current,
+ * under the lock they hold on the table.  VACUUM FULL, CLUSTER and pg_repack
+ * change relfilenodes, never OIDs.
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +31,7 @@
 #include "catalog/pg_type.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_func.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -74,15 +85,14 @@ objects_load(Oid fn_oid)
 		elog(ERROR, "cache lookup failed for function %u", fn_oid);
 	idem_version_check(fn_oid);
 
+	/* zeroed whole, padding included: it is compared with memcmp below */
+	memset(&loaded, 0, sizeof(loaded));
 	loaded.namespace = nsp;
+	namestrcpy(&loaded.namespace_name, get_namespace_name(nsp));
 	loaded.records = relation_in(nsp, "idempotency_records");
-	loaded.records_pkey = relation_in(nsp, "idempotency_records_pkey");
 	loaded.machines = relation_in(nsp, "idem_machines");
-	loaded.machines_pkey = relation_in(nsp, "idem_machines_pkey");
 	loaded.moves = relation_in(nsp, "idem_machine_moves");
-	loaded.moves_pkey = relation_in(nsp, "idem_machine_moves_pkey");
 	loaded.inbox = relation_in(nsp, "idem_inbox");
-	loaded.inbox_pkey = relation_in(nsp, "idem_inbox_pkey");
 	loaded.token_epoch = relation_in(nsp, "idem_token_epoch");
 
 	loaded.enforce_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
@@ -108,7 +118,10 @@ objects_load(Oid fn_oid)
 				 idem_status_names[i]);
 	}
 
-	loaded.generation = objects.generation + 1;
+	/* the same objects under the same names: callers' caches stay valid */
+	loaded.generation = objects.generation;
+	if (memcmp(&loaded, &objects, sizeof(IdemObjects)) != 0)
+		loaded.generation++;
 	objects = loaded;
 	namespace_hash = GetSysCacheHashValue1(NAMESPACEOID, ObjectIdGetDatum(nsp));
 	status_type_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(objects.status_type));

@@ -118,16 +118,14 @@ typedef enum IdemStatement
 /* The extension's own objects (extension_objects.c). */
 typedef struct IdemObjects
 {
-	uint64		generation;		/* grows at every reload */
+	uint64		generation;		/* grows when a reload finds a change */
 	Oid			namespace;		/* @extschema@ */
-	Oid			records;		/* idempotency_records and its primary key */
-	Oid			records_pkey;
-	Oid			machines;		/* idem_machines and its primary key */
-	Oid			machines_pkey;
-	Oid			moves;			/* idem_machine_moves and its primary key */
-	Oid			moves_pkey;
-	Oid			inbox;			/* idem_inbox and its primary key */
-	Oid			inbox_pkey;
+	NameData	namespace_name; /* its name, which the statements embed */
+	/* tables; their indexes are found from their relcache entries */
+	Oid			records;		/* idempotency_records */
+	Oid			machines;		/* idem_machines */
+	Oid			moves;			/* idem_machine_moves */
+	Oid			inbox;			/* idem_inbox */
 	Oid			token_epoch;	/* the sequence idem_token_epoch */
 	Oid			enforce_fn;		/* idem_enforce_transition() */
 	Oid			status_type;	/* idem_status and its labels */
@@ -145,6 +143,7 @@ extern const IdemObjects *idem_objects_current(void);
 typedef struct IdemStore
 {
 	bool		spi_connected;	/* SPI_connect is done lazily, at first need */
+	bool		for_write;		/* the call may write the records it reads */
 } IdemStore;
 
 /* record_store.c */
@@ -156,7 +155,11 @@ extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 							 bool fresh_snapshot, IdemRecord *rec,
 							 MemoryContext copy_to);
-extern bool idem_store_insert_in_progress(Oid heap, Oid index, text *key1, text *key2);
+extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
+extern Oid	idem_primary_key(Relation heap);
+extern void idem_check_record_shape(TupleDesc desc);
+extern void idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec);
+extern void idem_store_retire_plan(SPIPlanPtr plan);
 extern uint64 idem_store_processed(void);
 extern int	idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
 										 bool read_only, long count);

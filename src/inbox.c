@@ -74,8 +74,7 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 	 * INSERT would tell as much (see idem_store_insert_in_progress).
 	 */
 	if (!PG_GETARG_BOOL(3) &&
-		idem_store_insert_in_progress(objects->inbox, objects->inbox_pkey,
-									  consumer, message_id))
+		idem_store_insert_in_progress(objects->inbox, consumer, message_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("message \"%s\" of consumer \"%s\" is held by another transaction",

@@ -348,12 +348,14 @@ idem_lookup(PG_FUNCTION_ARGS)
 	IdemRecord	rec;
 
 	InitMaterializedSRF(fcinfo, 0);
+	/* before reading: the SPI path would not notice an added column */
+	idem_check_record_shape(rsinfo->setDesc);
 
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	idem_store_fetch(&store, scope, key, false, &rec, caller_cxt);
 	idem_store_close(&store);
 
 	if (rec.found)
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, rec.values, rec.nulls);
+		idem_put_record(rsinfo, &rec);
 	return (Datum) 0;
 }

@@ -175,7 +175,7 @@ machine_load(const IdemObjects *objects, const char *name)
 								ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 
-	scan = systable_beginscan(machines, objects->machines_pkey, true, snapshot, 1, &skey);
+	scan = systable_beginscan(machines, idem_primary_key(machines), true, snapshot, 1, &skey);
 	tuple = systable_getnext(scan);
 	if (HeapTupleIsValid(tuple))
 	{
@@ -220,7 +220,7 @@ machine_load(const IdemObjects *objects, const char *name)
 
 	if (machine != NULL)
 	{
-		scan = systable_beginscan(moves, objects->moves_pkey, true, snapshot, 1, &skey);
+		scan = systable_beginscan(moves, idem_primary_key(moves), true, snapshot, 1, &skey);
 		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
 		{
 			char	   *from = TextDatumGetCString(heap_getattr(tuple, 2, RelationGetDescr(moves), &isnull));

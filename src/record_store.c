@@ -18,7 +18,22 @@
  * extension's status type (DROP and CREATE EXTENSION, ALTER SCHEMA ... RENAME)
  * invalidates the cache through a syscache callback, and the next call
  * prepares again.  Changes to the table itself need nothing from us: the plan
- * cache re-plans saved plans when a relation they use changes.
+ * cache re-plans saved plans when a relation they use changes (REINDEX,
+ * VACUUM FULL, CLUSTER, pg_repack, ANALYZE).
+ *
+ * Old plans are not freed at once.  A call of the store may run a trigger or
+ * a function that calls the store again (nesting), and the inner call may be
+ * the one to find the objects changed while the outer call is executing one
+ * of the old plans.  So plans of an older generation (and idem_transition's
+ * replaced plans) are retired, and freed only when no call of the store is
+ * running: when the outermost call closes, or at its next open after an
+ * error skipped the close (the count of running calls starts again from
+ * zero at the end of every transaction; no call spans one).
+ *
+ * The direct reads (idem_store_fetch, idem_store_insert_in_progress) find
+ * the primary key from the table's relcache entry, never from a cached OID:
+ * REINDEX CONCURRENTLY gives the index a new OID, and the relcache entry of
+ * the table, which we hold locked, names the current one.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,7 +45,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -262,18 +279,53 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 /*
  * Prepared plans, for the generation of extension objects they were made
  * for; "objects" is set by idem_store_open for the duration of a call.
+ * retired_plans (in TopMemoryContext) wait for active_calls to reach zero.
  */
 static SPIPlanPtr plans[IDEM_NUM_STATEMENTS];
 static uint64 plans_generation = 0;
 static const IdemObjects *objects;
+static List *retired_plans = NIL;
+static int	active_calls = 0;
+
+/* A plan that may still be executing in an outer call: free it later. */
+void
+idem_store_retire_plan(SPIPlanPtr plan)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	retired_plans = lappend(retired_plans, plan);
+	MemoryContextSwitchTo(old);
+}
 
 static void
-forget_plans(void)
+free_retired_plans(void)
+{
+	ListCell   *lc;
+
+	Assert(active_calls == 0);
+	foreach(lc, retired_plans)
+		SPI_freeplan((SPIPlanPtr) lfirst(lc));
+	list_free(retired_plans);
+	retired_plans = NIL;
+}
+
+static void
+store_xact_callback(XactEvent event, void *arg)
+{
+	/* an error skips idem_store_close; no call outlives its transaction */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+		active_calls = 0;
+}
+
+static void
+retire_plans(void)
 {
 	for (int i = 0; i < IDEM_NUM_STATEMENTS; i++)
 	{
 		if (plans[i] != NULL)
-			SPI_freeplan(plans[i]);
+			idem_store_retire_plan(plans[i]);
 		plans[i] = NULL;
 	}
 }
@@ -281,7 +333,7 @@ forget_plans(void)
 static char *
 statement_sql(const char *template)
 {
-	const char *schema = quote_identifier(get_namespace_name(objects->namespace));
+	const char *schema = quote_identifier(NameStr(objects->namespace_name));
 	StringInfoData buf;
 	const char *p;
 
@@ -330,13 +382,25 @@ statement_plan(IdemStatement stmt)
 void
 idem_store_open(IdemStore *store, Oid fn_oid)
 {
+	static bool callback_registered = false;
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(store_xact_callback, NULL);
+		callback_registered = true;
+	}
+	if (active_calls == 0 && retired_plans != NIL)
+		free_retired_plans();
+
 	store->spi_connected = false;
+	store->for_write = false;
 	objects = idem_objects(fn_oid);
 	if (plans_generation != objects->generation)
 	{
-		forget_plans();
+		retire_plans();
 		plans_generation = objects->generation;
 	}
+	active_calls++;
 }
 
 void
@@ -345,6 +409,8 @@ idem_store_close(IdemStore *store)
 	if (store->spi_connected)
 		SPI_finish();
 	store->spi_connected = false;
+	if (active_calls > 0 && --active_calls == 0 && retired_plans != NIL)
+		free_retired_plans();
 }
 
 Datum
@@ -365,15 +431,73 @@ status_from_datum(Datum value)
 	pg_unreachable();
 }
 
+/*
+ * Refuse a row type of idempotency_records that is not the one of the install
+ * script (a column added with ALTER TABLE): the store reads and returns
+ * records by column position.  A column added and dropped again leaves a
+ * dropped attribute at the end, which is harmless.  desc is the table's, or
+ * the row type of a function returning the table's rows; either costs
+ * nothing to get, and the loop reads the attributes' flags only.  The
+ * statements of the SPI path name their columns, so they do not see an added
+ * column; the direct read and idem_lookup/idem_await would.
+ */
+void
+idem_check_record_shape(TupleDesc desc)
+{
+	int			live = 0;
+	bool		in_place = desc->natts >= IDEM_NUM_COLUMNS;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		bool		dropped = TupleDescAttr(desc, i)->attisdropped;
+
+		live += dropped ? 0 : 1;
+		if (dropped == (i < IDEM_NUM_COLUMNS))
+			in_place = false;
+	}
+	if (!in_place)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"idempotency_records\" does not have the columns that extension \"idempotency\" expects"),
+				 errdetail("The table has %d columns, and the extension expects its %d columns in the order of its install script.",
+						   live, IDEM_NUM_COLUMNS),
+				 errhint("Drop the columns added to idempotency_records, and keep such data in a table of your own keyed by (scope, key).")));
+}
+
+/*
+ * Return rec as a row of rsinfo's materialized result, whose row type is
+ * idempotency_records: checked first, then filled up with NULL for the
+ * dropped attributes it may have after the extension's columns.
+ */
+void
+idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec)
+{
+	TupleDesc	desc = rsinfo->setDesc;
+	Datum	   *values = rec->values;
+	bool	   *nulls = rec->nulls;
+
+	idem_check_record_shape(desc);
+	if (desc->natts > IDEM_NUM_COLUMNS)
+	{
+		values = palloc(sizeof(Datum) * desc->natts);
+		nulls = palloc(sizeof(bool) * desc->natts);
+		memcpy(values, rec->values, sizeof(rec->values));
+		memcpy(nulls, rec->nulls, sizeof(rec->nulls));
+		for (int i = IDEM_NUM_COLUMNS; i < desc->natts; i++)
+		{
+			values[i] = (Datum) 0;
+			nulls[i] = true;
+		}
+	}
+	tuplestore_putvalues(rsinfo->setResult, desc, values, nulls);
+}
+
 /* Copy a deformed row's by-reference values into copy_to and decode it. */
 static void
 record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 {
 	MemoryContext old = MemoryContextSwitchTo(copy_to);
 
-	if (desc->natts != IDEM_NUM_COLUMNS)
-		elog(ERROR, "idempotency_records has %d columns, expected %d",
-			 desc->natts, IDEM_NUM_COLUMNS);
 	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -469,10 +593,28 @@ idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
  * through SPI, which applies column privileges and policies.
  */
 static bool
-direct_read_allowed(void)
+direct_read_allowed(AclMode *held)
 {
-	return pg_class_aclcheck(objects->records, GetUserId(), ACL_SELECT) == ACLCHECK_OK &&
+	*held = pg_class_aclmask(objects->records, GetUserId(), ACL_SELECT | ACL_INSERT,
+							 ACLMASK_ALL);
+	return (*held & ACL_SELECT) != 0 &&
 		check_enable_rls(objects->records, InvalidOid, true) != RLS_ENABLED;
+}
+
+/*
+ * The lock a direct read takes on a table that the call may write next.  A
+ * writer that read under AccessShareLock and then asks for RowExclusiveLock
+ * deadlocks with REINDEX TABLE, which takes ShareLock on the table (granted
+ * beside our AccessShareLock) and then waits for AccessExclusiveLock on the
+ * index we are reading.  So a writer takes its write lock first, when it may
+ * write (its INSERT would need the privilege anyway) and can (not on a hot
+ * standby, where a claim may still replay).
+ */
+static LOCKMODE
+read_lock(bool for_write, AclMode held)
+{
+	return for_write && (held & ACL_INSERT) != 0 && !RecoveryInProgress() ?
+		RowExclusiveLock : AccessShareLock;
 }
 
 /*
@@ -495,8 +637,10 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	AclMode		held;
+	LOCKMODE	lockmode;
 
-	if (!direct_read_allowed())
+	if (!direct_read_allowed(&held))
 	{
 		Datum		by_key[2] = {PointerGetDatum(scope), PointerGetDatum(key)};
 
@@ -512,8 +656,10 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	else
 		snapshot = RegisterSnapshot(GetActiveSnapshot());
 
-	heap = table_open(objects->records, AccessShareLock);
-	index = index_open(objects->records_pkey, AccessShareLock);
+	lockmode = read_lock(store->for_write, held);
+	heap = table_open(objects->records, lockmode);
+	idem_check_record_shape(RelationGetDescr(heap));
+	index = index_open(idem_primary_key(heap), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
 
@@ -537,6 +683,27 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 }
 
 /*
+ * The primary key of one of the extension's tables, opened by the caller:
+ * from its relcache entry, which REINDEX CONCURRENTLY keeps current (the
+ * swap of old and new index invalidates it, and the old index is dropped
+ * only after every lock on the table taken before the swap is gone).  After
+ * the first call of a relcache entry's life this reads a field.
+ */
+Oid
+idem_primary_key(Relation heap)
+{
+	Oid			pkey = RelationGetPrimaryKeyIndex(heap);
+
+	if (!OidIsValid(pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" of extension \"idempotency\" has no primary key",
+						RelationGetRelationName(heap)),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+	return pkey;
+}
+
+/*
  * Does another transaction hold an uncommitted insert (or delete) of this
  * two-column key in this primary key?  A claim or an inbox accept with
  * wait => false asks this before inserting, so that it can answer at once
@@ -552,7 +719,7 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
  * INSERT waits like any other.
  */
 bool
-idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key2)
+idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 {
 	Relation	heap;
 	Relation	index;
@@ -566,8 +733,9 @@ idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key
 		check_enable_rls(heap_oid, InvalidOid, true) == RLS_ENABLED)
 		return false;
 
-	heap = table_open(heap_oid, AccessShareLock);
-	index = index_open(index_oid, AccessShareLock);
+	/* the caller inserts next: its lock first (see read_lock) */
+	heap = table_open(heap_oid, RowExclusiveLock);
+	index = index_open(idem_primary_key(heap), AccessShareLock);
 
 	InitDirtySnapshot(dirty);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key1));
@@ -591,7 +759,7 @@ idem_store_insert_in_progress(Oid heap_oid, Oid index_oid, text *key1, text *key
 	ExecDropSingleTupleTableSlot(slot);
 
 	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	table_close(heap, NoLock);
 	return in_progress;
 }
 

@@ -60,9 +60,11 @@ typedef struct PlanKey
  * The statements of one (table, state column).  They embed the names of the
  * schema, table and columns, the column's type and the primary key, so they
  * are rebuilt when any of those changed (the plan cache itself replans for
- * other changes).  Old plans are never freed: one of them may be executing
- * in an outer call (a trigger on the table may call idem_transition), and a
- * table renamed while idem_transition runs costs a few kilobytes at most.
+ * other changes).  REINDEX CONCURRENTLY gives the primary key a new OID and
+ * so costs one rebuild per session.  Old plans may be executing in an outer
+ * call (a trigger on the table may call idem_transition), so they are handed
+ * to record_store.c, which frees them once no call runs; a call holds the
+ * store open for that reason.
  */
 typedef struct PlanSignature
 {
@@ -205,6 +207,12 @@ prepare_plans(Relation rel, AttrNumber attnum)
 	entry = hash_search(plan_cache, &key, HASH_FIND, &found);
 	if (found && memcmp(&entry->signature, &signature, sizeof(PlanSignature)) == 0)
 		return entry;
+	if (found)
+	{
+		idem_store_retire_plan(entry->update);
+		idem_store_retire_plan(entry->select);
+		hash_search(plan_cache, &key, HASH_REMOVE, NULL);
+	}
 
 	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									   RelationGetRelationName(rel));
@@ -311,6 +319,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	char	   *nulls;
 	const char *outcome;
 	int			ret;
+	IdemStore	store;
 
 	for (int i = 0; i < 3; i++)
 		if (PG_ARGISNULL(i))
@@ -320,7 +329,9 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 							i == 0 ? "table_name" : i == 1 ? "key" : "to_state")));
 	relid = PG_GETARG_OID(0);
 	to_state = text_to_cstring(PG_GETARG_TEXT_PP(2));
-	objects = idem_objects(fcinfo->flinfo->fn_oid);
+	/* open only to defer the freeing of plans (see PlanSignature) */
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	objects = idem_objects_current();
 	/* see redefinitions committed since our last statement, as the trigger does */
 	idem_machine_refresh();
 
@@ -332,7 +343,8 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 		pg_attribute_aclcheck_all(relid, GetUserId(), ACL_UPDATE, ACLMASK_ANY) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(get_rel_relkind(relid)),
 					   get_rel_name(relid));
-	rel = table_open(relid, AccessShareLock);
+	/* the lock of the UPDATE that follows, taken first: see read_lock() */
+	rel = table_open(relid, RowExclusiveLock);
 	trigger = find_attachment(rel, objects->enforce_fn,
 							  PG_ARGISNULL(4) ? NULL : NameStr(*PG_GETARG_NAME(4)));
 	/* copies: the relcache may rebuild rel's triggers at the next lock */
@@ -436,6 +448,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	}
 	SPI_finish();
 	table_close(rel, NoLock);
+	idem_store_close(&store);
 	idem_count(outcome[0] == 'a' && outcome[1] == 'p' ? IDEM_COUNT_TRANSITION_APPLIED :
 			   outcome[0] == 'a' ? IDEM_COUNT_TRANSITION_ALREADY :
 			   IDEM_COUNT_TRANSITION_REJECTED);

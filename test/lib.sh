@@ -3,7 +3,7 @@
 # Works as root (clusters run as the postgres user) or as a user with sudo.
 
 IDEM_PG_MAJOR=15
-IDEM_PACKAGES="make gcc postgresql-$IDEM_PG_MAJOR postgresql-server-dev-$IDEM_PG_MAJOR
+IDEM_PACKAGES="make gcc postgresql-$IDEM_PG_MAJOR postgresql-server-dev-$IDEM_PG_MAJOR postgresql-$IDEM_PG_MAJOR-repack
     postgresql-$IDEM_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl"
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
