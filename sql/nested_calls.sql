@@ -64,6 +64,7 @@ WHERE key LIKE 'nested-%' ORDER BY key;
 
 DROP TRIGGER nested ON idempotency_records;
 DELETE FROM idempotency_records WHERE key LIKE 'nested-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 DROP TABLE nested_seen;
 DROP FUNCTION nested_trigger(), nested_insert_plans();
 SELECT idem_revoke_all('regress_nested');

@@ -52,5 +52,6 @@ ROLLBACK;
 \set ON_ERROR_ROLLBACK off
 
 DELETE FROM idempotency_records WHERE key LIKE 'shape-%';
+SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 SELECT idem_revoke_all('regress_shape');
 DROP ROLE regress_shape;
