@@ -728,15 +728,16 @@ check_move(TriggerState *state, Relation rel, const char *column,
  * nothing about where the row comes from, so the BEFORE UPDATE trigger of a
  * partition leaves a note, "leaving": the old version's partition and TID,
  * and the columns it checked.  The BEFORE INSERT trigger takes its column
- * from the note only if it is of the same transaction and trigger depth (the
- * destination's triggers fire at the depth of the source's; a statement run
- * by some trigger in between fires deeper), and if the old version is really
- * gone to another partition: deleted by this (sub)transaction, its t_ctid
- * marked as moved.  Then it checks the move from the old version's state to
- * the state the row arrives in (the destination's own BEFORE triggers may
- * have changed it) instead of an initial state.  An UPDATE that stays in its
- * partition leaves an old version whose t_ctid points at the new one, so its
- * note never vouches for a later INSERT.
+ * from the note only if it is of the same transaction, top-level statement
+ * and trigger depth (the destination's triggers fire at the depth of the
+ * source's; a statement run by some trigger in between fires deeper), and if
+ * the old version is really gone to another partition: deleted by this
+ * (sub)transaction, its t_ctid marked as moved.  Then it checks the move from
+ * the old version's state to the state the row arrives in (the destination's
+ * own BEFORE triggers may have changed it) instead of an initial state.  An
+ * UPDATE that stays in its partition leaves an old version whose t_ctid
+ * points at the new one, so its note never vouches for a later INSERT; a
+ * note is taken once per column, and the next row's UPDATE replaces it.
  *
  * The AFTER INSERT check (idem_enforce_initial_state, below) fires for the
  * moved row too; the BEFORE INSERT trigger leaves it the note "arrived", the
@@ -751,6 +752,7 @@ check_move(TriggerState *state, Relation rel, const char *column,
 typedef struct RowNote
 {
 	LocalTransactionId lxid;
+	TimestampTz statement;		/* start of the top-level statement */
 	int			depth;			/* pg_trigger_depth() of the trigger that wrote it */
 	Oid			relid;
 	ItemPointerData tid;		/* "leaving": the old version */
@@ -770,7 +772,8 @@ trigger_depth(void)
 static bool
 note_is_current(const RowNote *note)
 {
-	return note->ncolumns > 0 && note->lxid == MyProc->lxid;
+	return note->ncolumns > 0 && note->lxid == MyProc->lxid &&
+		note->statement == GetCurrentStatementStartTimestamp();
 }
 
 static void
@@ -780,6 +783,7 @@ note_add(RowNote *note, int depth, Oid relid, ItemPointer tid, const char *colum
 		(tid != NULL && !ItemPointerEquals(&note->tid, tid)))
 	{
 		note->lxid = MyProc->lxid;
+		note->statement = GetCurrentStatementStartTimestamp();
 		note->depth = depth;
 		note->relid = relid;
 		if (tid != NULL)
