@@ -182,8 +182,8 @@ SELECT tableoid::regclass AS part, id, status FROM mv WHERE id >= 5 ORDER BY id;
 -- partitions like the first).
 SELECT tgrelid::regclass AS table_name, tgname, pg_get_triggerdef(oid) AS definition
 FROM pg_trigger WHERE tgrelid IN ('up'::regclass, 'mv'::regclass, 'mv_am_ca'::regclass)
-ORDER BY 1::text, 2;
-SELECT * FROM idem_attached_machines WHERE table_name IN ('up'::regclass, 'mv'::regclass) ORDER BY 1::text, 2;
+ORDER BY tgrelid::regclass::text, tgname;
+SELECT * FROM idem_attached_machines WHERE table_name IN ('up'::regclass, 'mv'::regclass) ORDER BY table_name::text, state_column;
 SELECT idem_detach_machine('up', 'status');
 SELECT count(*) AS triggers_left FROM pg_trigger WHERE tgrelid = 'up'::regclass;
 INSERT INTO up VALUES (20, 'PAID') ON CONFLICT DO NOTHING;
