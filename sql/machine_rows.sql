@@ -119,6 +119,20 @@ SELECT idem_transition('mv', ARRAY['2', 'am', 'us'], 'NEW', state_column => 'sta
 INSERT INTO mv VALUES (5, 'am', 'us', 'NEW', 'off');
 SELECT idem_transition('mv', ARRAY['5', 'am', 'us'], 'PAID', state_column => 'status');
 
+-- A table partitioned by its state: every move of the machine moves the row,
+-- also through idem_transition.
+CREATE TABLE by_state (id int, status text, PRIMARY KEY (id, status)) PARTITION BY LIST (status);
+CREATE TABLE by_state_open PARTITION OF by_state FOR VALUES IN ('NEW', 'PAID');
+CREATE TABLE by_state_closed PARTITION OF by_state FOR VALUES IN ('VOID', 'REFUNDED');
+SELECT idem_attach_machine('by_state', 'status', 'mr_pay');
+INSERT INTO by_state VALUES (1, 'NEW'), (2, 'NEW');
+UPDATE by_state SET status = 'VOID' WHERE id = 1;
+SELECT pg_temp.expect_error($$UPDATE by_state SET status = 'REFUNDED' WHERE id = 2$$);
+SELECT idem_transition('by_state', ARRAY['2', 'NEW'], 'PAID');
+SELECT pg_temp.expect_error($$SELECT idem_transition('by_state', ARRAY['2', 'PAID'], 'VOID', '{PAID}')$$);
+SELECT tableoid::regclass AS part, * FROM by_state ORDER BY id;
+SELECT pg_temp.expect_error($$INSERT INTO by_state VALUES (3, 'VOID')$$);
+
 --
 -- INSERT ... ON CONFLICT.
 --
@@ -188,6 +202,23 @@ SELECT idem_detach_machine('up', 'status');
 SELECT count(*) AS triggers_left FROM pg_trigger WHERE tgrelid = 'up'::regclass;
 INSERT INTO up VALUES (20, 'PAID') ON CONFLICT DO NOTHING;
 
+-- The trigger functions only work as the triggers idem_attach_machine
+-- creates; the WHEN function alone says whether a state may start a row.
+CREATE TABLE misuse (id int PRIMARY KEY, status text);
+CREATE TRIGGER t BEFORE INSERT ON misuse FOR EACH ROW
+    EXECUTE FUNCTION idem_enforce_initial_state('mr_pay', 'status');
+SELECT pg_temp.expect_error($$INSERT INTO misuse VALUES (1, 'NEW')$$);
+DROP TRIGGER t ON misuse;
+CREATE TRIGGER t AFTER INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION idem_enforce_initial_state('mr_pay');
+SELECT pg_temp.expect_error($$INSERT INTO misuse VALUES (1, 'NEW')$$);
+DROP TRIGGER t ON misuse;
+CREATE TRIGGER t AFTER INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION idem_enforce_initial_state('mr_none', 'status');
+SELECT pg_temp.expect_error($$INSERT INTO misuse VALUES (1, 'NEW')$$);
+DROP TRIGGER t ON misuse;
+SELECT state, idem_inserted_unchecked('mr_pay', 'status', 'misuse'::regclass, state) AS refused
+FROM unnest(ARRAY['NEW', 'PAID', 'BOGUS', NULL]) state;
+SELECT idem_inserted_unchecked('mr_none', 'status', 'misuse'::regclass, 'NEW') AS refused;
+
 --
 -- Inheritance: the machine's triggers would govern the parent's own rows
 -- only, so attaching to a parent is refused, and idem_transition refuses a
@@ -223,6 +254,7 @@ SELECT idem_detach_machine('mv', 'status');
 SELECT idem_detach_machine('mv', 'flag');
 SELECT idem_detach_machine('ih_child', 'status');
 SELECT idem_detach_machine('ih2', 'status');
+SELECT idem_detach_machine('by_state', 'status');
 SELECT idem_drop_machine('mr_pay');
 SELECT idem_drop_machine('mr_flag');
 SET client_min_messages = warning;

@@ -517,7 +517,7 @@ has_insert_check(Relation rel, Trigger *trigger, Oid enforce_fn)
  * against the table, with its machine compiled.
  */
 static TriggerState *
-trigger_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
+trigger_state(FunctionCallInfo fcinfo, TriggerData *trigdata, const char *fname)
 {
 	Trigger    *trigger = trigdata->tg_trigger;
 	Relation	rel = trigdata->tg_relation;
@@ -527,8 +527,8 @@ trigger_state(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	if (trigger->tgnargs != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("trigger \"%s\" of table \"%s\" must pass idem_enforce_transition a machine and a column",
-						trigger->tgname, RelationGetRelationName(rel))));
+				 errmsg("trigger \"%s\" of table \"%s\" must pass %s a machine and a column",
+						trigger->tgname, RelationGetRelationName(rel), fname)));
 
 	idem_machine_refresh();
 
@@ -892,7 +892,7 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	trigger = trigdata->tg_trigger;
 	rel = trigdata->tg_relation;
 	desc = RelationGetDescr(rel);
-	state = trigger_state(fcinfo, trigdata);
+	state = trigger_state(fcinfo, trigdata, "idem_enforce_transition");
 	column = trigger->tgargs[1];
 
 	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
@@ -997,7 +997,7 @@ idem_enforce_initial_state(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("idem_enforce_initial_state must be fired AFTER INSERT FOR EACH ROW")));
-	state = trigger_state(fcinfo, trigdata);
+	state = trigger_state(fcinfo, trigdata, "idem_enforce_initial_state");
 	to = state_value(state, trigdata->tg_trigtuple, RelationGetDescr(trigdata->tg_relation),
 					 &isnull);
 	if (!initial_allowed(state->machine, to))
