@@ -820,15 +820,20 @@ note_take(RowNote *note, const char *column)
 static bool
 moved_from(TriggerState *state, Oid relid, ItemPointer tid, const char *column, char **from)
 {
-	Relation	source = table_open(relid, AccessShareLock);
+	Relation	source = try_table_open(relid, AccessShareLock);
 	HeapTupleData tuple;
 	HeapTuple	copy = NULL;
 	Buffer		buffer = InvalidBuffer;
-	AttrNumber	attnum = SPI_fnumber(RelationGetDescr(source), column);
+	AttrNumber	attnum;
 	bool		isnull;
 
+	/* a note of an UPDATE that stayed may outlive its table, or its blocks */
+	if (source == NULL)
+		return false;
+	attnum = SPI_fnumber(RelationGetDescr(source), column);
 	if (source->rd_rel->relam == HEAP_TABLE_AM_OID && attnum > 0 &&
-		TupleDescAttr(RelationGetDescr(source), attnum - 1)->atttypid == state->typid)
+		TupleDescAttr(RelationGetDescr(source), attnum - 1)->atttypid == state->typid &&
+		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(source))
 	{
 		tuple.t_self = *tid;
 		if (heap_fetch(source, SnapshotAny, &tuple, &buffer, true))
