@@ -1,13 +1,30 @@
 /*-------------------------------------------------------------------------
  *
  * machine.c
- *		State machine definitions: a per-backend cache, and the trigger
- *		idem_enforce_transition that refuses moves a machine does not contain.
+ *		State machine definitions: a per-backend cache, and the triggers
+ *		that refuse moves a machine does not contain.
  *
  * Definitions live in idem_machines and idem_machine_moves.  Each backend
  * compiles a machine on first use into a sorted array of states and a move
  * matrix, so the trigger costs a hash lookup and a binary search per row and
  * reads no table in the steady state.
+ *
+ * An attachment is two row triggers (idem_attach_machine):
+ *	 - idem_enforce_transition, BEFORE INSERT OR UPDATE: every UPDATE is
+ *	   checked as the move from the old row's state to the new row's; so is
+ *	   the INSERT half of an UPDATE that moves a row to another partition,
+ *	   recognised by a note the source partition's trigger leaves ("Rows in
+ *	   flight" below).  Another INSERT is only a proposal at this point (INSERT
+ *	   ... ON CONFLICT fires it before the conflict check), so a row that is
+ *	   not in an initial state passes when the second trigger exists.
+ *	 - idem_enforce_initial_state, AFTER INSERT, WHEN idem_inserted_unchecked:
+ *	   fires for the rows really inserted, and only for those that did not
+ *	   arrive by row movement and are not in an initial state: it refuses them.
+ * An attachment made by 0.1.0 without the second trigger works as before:
+ * the BEFORE trigger refuses every INSERT that is not in an initial state.
+ * The notes are per backend and live for one top-level statement at most;
+ * no lock is taken besides an AccessShareLock on the source partition (held
+ * already by the UPDATE) to read the moved row's old version.
  *
  * Invalidation: a statement trigger on both tables (idem_machines_changed)
  * sends a relcache invalidation for idem_machines, which every backend
