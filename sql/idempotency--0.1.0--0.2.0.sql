@@ -59,3 +59,238 @@ LANGUAGE C STABLE STRICT PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_version() IS
     'the installed SQL version (extversion), the library''s version, its build (git commit) and the PostgreSQL major version it was compiled for';
+
+/*
+ * State machines: row movement, INSERT ... ON CONFLICT and inheritance
+ * parents (issue 12, defects 4, 5 and 8).
+ *
+ * An attachment is now two triggers.  The BEFORE INSERT OR UPDATE trigger of
+ * 0.1.0 checks every UPDATE, and the insert half of an UPDATE that moves a
+ * row to another partition as the move it is.  A new AFTER INSERT trigger
+ * refuses a row really inserted in a state that is not initial: the BEFORE
+ * trigger cannot, because INSERT ... ON CONFLICT fires it on the proposed
+ * row, which a conflict turns into an UPDATE of the existing row, or into
+ * nothing.  The AFTER trigger's WHEN clause is evaluated as each row is
+ * inserted and queues an event only for the rows it refuses.  The C code
+ * still accepts an attachment without the AFTER trigger (the BEFORE trigger
+ * then refuses such rows itself); this script adds it to every attachment.
+ */
+CREATE FUNCTION @extschema@.idem_inserted_unchecked(
+    machine text, state_column name, relation oid, state text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_inserted_unchecked'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_inserted_unchecked(text, name, oid, text) IS
+    'WHEN clause of idem_enforce_initial_state: whether a row just inserted must be refused';
+
+CREATE FUNCTION @extschema@.idem_enforce_initial_state()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_enforce_initial_state'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_enforce_initial_state() IS
+    'AFTER INSERT trigger: idem_enforce_initial_state(machine, column) refuses rows inserted in a state that is not initial';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_attach_machine(
+    table_name regclass,
+    state_column name,
+    machine text,
+    log boolean DEFAULT false,
+    validate boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    states text[];
+    col_type oid;
+    bad text;
+    key_columns text[];
+    log_table text;
+BEGIN
+    IF table_name IS NULL OR state_column IS NULL OR machine IS NULL
+       OR log IS NULL OR validate IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_attach_machine must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- Touch the definition: a concurrent idem_drop_machine waits for us and
+    -- then sees the trigger, or (REPEATABLE READ, SERIALIZABLE) fails with
+    -- 40001; a mere row lock would not make it re-read the catalog.
+    UPDATE @extschema@.idem_machines m SET defined_at = m.defined_at
+    WHERE m.name = idem_attach_machine.machine
+    RETURNING m.states INTO states;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', machine
+            USING ERRCODE = '42704',
+                  HINT = 'Define it with idem_define_machine() first.';
+    END IF;
+    SELECT a.atttypid INTO col_type FROM pg_attribute a
+    WHERE a.attrelid = table_name AND a.attname = state_column
+      AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of relation % does not exist', state_column, table_name
+            USING ERRCODE = '42703';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.idem_attached_machines a
+               WHERE a.table_name = idem_attach_machine.table_name
+                 AND a.state_column = idem_attach_machine.state_column) THEN
+        RAISE EXCEPTION 'column "%" of relation % already has a state machine', state_column, table_name
+            USING ERRCODE = '42710',
+                  HINT = 'Detach it with idem_detach_machine() first.';
+    END IF;
+
+    -- CREATE TRIGGER checks the caller's TRIGGER privilege and locks the table
+    -- (SHARE ROW EXCLUSIVE), so no row changes while we validate.  The name
+    -- sorts after ordinary names: BEFORE triggers fire in name order, and this
+    -- one must see the row as the other BEFORE triggers left it.  It fires on
+    -- every UPDATE, not only those naming the column: another BEFORE trigger
+    -- may change the state in an UPDATE that does not.
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s '
+                   'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_enforce_transition(%L, %L)',
+                   @extschema@.idem_object_name('zz_idem_machine_', state_column, ''),
+                   table_name, machine, state_column);
+    -- The rows really inserted (not the rows an INSERT ... ON CONFLICT only
+    -- proposes) must start in an initial state; the WHEN clause runs as each
+    -- row is inserted and queues an event only for a row to refuse.
+    EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON %s FOR EACH ROW '
+                   'WHEN (@extschema@.idem_inserted_unchecked(%L, %L, NEW.tableoid, NEW.%I::pg_catalog.text)) '
+                   'EXECUTE FUNCTION @extschema@.idem_enforce_initial_state(%L, %L)',
+                   @extschema@.idem_object_name('zz_idem_machine_', state_column, '_inserted'),
+                   table_name, machine, state_column, state_column, machine, state_column);
+
+    -- The triggers fire for this table's own rows, not for the rows of its
+    -- inheritance children (partitions get clones of them).  The lock taken
+    -- by CREATE TRIGGER keeps children from being added while we look.
+    IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhparent
+               WHERE i.inhparent = table_name AND c.relkind <> 'p') THEN
+        RAISE EXCEPTION 'cannot attach state machine "%" to table % because it has inheritance children',
+                machine, table_name
+            USING ERRCODE = '0A000',
+                  DETAIL = 'The machine''s triggers would not fire for the rows of the child tables.',
+                  HINT = 'Attach the machine to each child table, or use a partitioned table.';
+    END IF;
+
+    IF validate THEN
+        EXECUTE format('SELECT s FROM (SELECT DISTINCT %I::text AS s FROM %s) v '
+                       'WHERE s IS NOT NULL AND NOT s = ANY ($1) LIMIT 1',
+                       state_column, table_name)
+            INTO bad USING states;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of relation % contains "%", which is not a state of machine "%"',
+                    state_column, table_name, bad, machine
+                USING ERRCODE = '23514',
+                      HINT = 'Define the machine with that state, fix the rows, or attach with validate => false.';
+        END IF;
+    END IF;
+
+    IF log THEN
+        SELECT array_agg(a.attname::text ORDER BY k.ord) INTO key_columns
+        FROM pg_index i
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indrelid = table_name AND i.indisprimary;
+        log_table := format('%I.%I',
+                            (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                             WHERE c.oid = table_name),
+                            @extschema@.idem_object_name('',
+                                (SELECT c.relname FROM pg_class c WHERE c.oid = table_name), '_state_log'));
+        -- a log table someone else made (with triggers of theirs) must not
+        -- run as every writer of the governed table
+        IF to_regclass(log_table) IS NOT NULL
+           AND (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(log_table))
+               <> (SELECT c.relowner FROM pg_class c WHERE c.oid = table_name) THEN
+            RAISE EXCEPTION 'log table % already exists and is not owned by the owner of table %',
+                            log_table, table_name
+                USING ERRCODE = '42P07',
+                      HINT = 'Drop or rename that table, or attach with log => false.';
+        END IF;
+        EXECUTE format('CREATE TABLE IF NOT EXISTS %s ('
+                       'logged_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(), '
+                       'row_key jsonb NOT NULL, '
+                       'state_column name NOT NULL, '
+                       'machine text NOT NULL, '
+                       'from_state text, '
+                       'to_state text, '
+                       'xact_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(), '
+                       'changed_by name NOT NULL DEFAULT CURRENT_USER)', log_table);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE ON %s '
+                       'FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_log_transition(%L, %L, %L%s)',
+                       @extschema@.idem_object_name('zz_idem_machine_log_', state_column, ''), table_name,
+                       log_table, state_column, machine,
+                       coalesce((SELECT string_agg(format(', %L', k), '') FROM unnest(key_columns) k), ''));
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_attach_machine(regclass, name, text, boolean, boolean) IS
+    'govern a column with a state machine (and optionally log every change in <table>_state_log)';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_detach_machine(table_name regclass, state_column name)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    trig record;
+    found_one boolean := false;
+BEGIN
+    IF table_name IS NULL OR state_column IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_detach_machine must not be null' USING ERRCODE = '22004';
+    END IF;
+    FOR trig IN
+        SELECT t.tgname FROM pg_trigger t
+        WHERE t.tgrelid = table_name
+          AND t.tgfoid IN ('@extschema@.idem_enforce_transition()'::regprocedure,
+                           '@extschema@.idem_enforce_initial_state()'::regprocedure,
+                           '@extschema@.idem_log_transition()'::regprocedure)
+          -- all three take the state column as their second argument
+          AND @extschema@.idem_trigger_arg(t.tgargs, 2) = state_column::text
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', trig.tgname, table_name);
+        found_one := true;
+    END LOOP;
+    IF NOT found_one THEN
+        RAISE EXCEPTION 'column "%" of relation % has no state machine', state_column, table_name
+            USING ERRCODE = '42704';
+    END IF;
+END
+$function$;
+
+/*
+ * Attachments made by 0.1.0 get their AFTER INSERT trigger (clones on
+ * partitions come with the parent's).  An attachment on an inheritance parent
+ * keeps governing the parent's own rows; idem_transition now refuses it.
+ */
+DO $migrate$
+DECLARE
+    a record;
+BEGIN
+    FOR a IN
+        SELECT t.tgrelid::pg_catalog.regclass AS table_name,
+               @extschema@.idem_trigger_arg(t.tgargs, 1) AS machine,
+               @extschema@.idem_trigger_arg(t.tgargs, 2) AS state_column
+        FROM pg_catalog.pg_trigger t
+        WHERE t.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure
+          AND t.tgparentid OPERATOR(pg_catalog.=) 0
+          AND t.tgnargs OPERATOR(pg_catalog.=) 2
+          AND t.tgrelid OPERATOR(pg_catalog.<>) '@extschema@.idempotency_records'::pg_catalog.regclass
+        ORDER BY t.oid
+    LOOP
+        EXECUTE pg_catalog.format('CREATE TRIGGER %I AFTER INSERT ON %s FOR EACH ROW '
+                       'WHEN (@extschema@.idem_inserted_unchecked(%L, %L, NEW.tableoid, NEW.%I::pg_catalog.text)) '
+                       'EXECUTE FUNCTION @extschema@.idem_enforce_initial_state(%L, %L)',
+                       @extschema@.idem_object_name('zz_idem_machine_', a.state_column, '_inserted'),
+                       a.table_name, a.machine, a.state_column, a.state_column, a.machine, a.state_column);
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i
+                   JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhparent
+                   WHERE i.inhparent OPERATOR(pg_catalog.=) a.table_name
+                     AND c.relkind OPERATOR(pg_catalog.<>) 'p') THEN
+            RAISE WARNING 'state machine "%" on column "%" of table % does not govern the rows of its inheritance children',
+                    a.machine, a.state_column, a.table_name
+                USING HINT = 'Detach it, and attach the machine to each child table.';
+        END IF;
+    END LOOP;
+END
+$migrate$;

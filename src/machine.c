@@ -1,13 +1,30 @@
 /*-------------------------------------------------------------------------
  *
  * machine.c
- *		State machine definitions: a per-backend cache, and the trigger
- *		idem_enforce_transition that refuses moves a machine does not contain.
+ *		State machine definitions: a per-backend cache, and the triggers
+ *		that refuse moves a machine does not contain.
  *
  * Definitions live in idem_machines and idem_machine_moves.  Each backend
  * compiles a machine on first use into a sorted array of states and a move
  * matrix, so the trigger costs a hash lookup and a binary search per row and
  * reads no table in the steady state.
+ *
+ * An attachment is two row triggers (idem_attach_machine):
+ *	 - idem_enforce_transition, BEFORE INSERT OR UPDATE: every UPDATE is
+ *	   checked as the move from the old row's state to the new row's; so is
+ *	   the INSERT half of an UPDATE that moves a row to another partition,
+ *	   recognised by a note the source partition's trigger leaves ("Rows in
+ *	   flight" below).  Another INSERT is only a proposal at this point (INSERT
+ *	   ... ON CONFLICT fires it before the conflict check), so a row that is
+ *	   not in an initial state passes when the second trigger exists.
+ *	 - idem_enforce_initial_state, AFTER INSERT, WHEN idem_inserted_unchecked:
+ *	   fires for the rows really inserted, and only for those that did not
+ *	   arrive by row movement and are not in an initial state: it refuses them.
+ * An attachment made by 0.1.0 without the second trigger works as before:
+ * the BEFORE trigger refuses every INSERT that is not in an initial state.
+ * The notes are per backend and live for one top-level statement at most;
+ * no lock is taken besides an AccessShareLock on the source partition (held
+ * already by the UPDATE) to read the moved row's old version.
  *
  * Invalidation: a statement trigger on both tables (idem_machines_changed)
  * sends a relcache invalidation for idem_machines, which every backend
@@ -28,14 +45,18 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/nbtree.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "parser/parse_coerce.h"
+#include "storage/bufmgr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -52,6 +73,8 @@
 PG_FUNCTION_INFO_V1(idem_machines_changed);
 PG_FUNCTION_INFO_V1(idem_enforce_transition);
 PG_FUNCTION_INFO_V1(idem_trigger_arg);
+PG_FUNCTION_INFO_V1(idem_inserted_unchecked);
+PG_FUNCTION_INFO_V1(idem_enforce_initial_state);
 
 typedef struct MachineEntry
 {
@@ -375,11 +398,13 @@ idem_trigger_arg(PG_FUNCTION_ARGS)
 }
 
 /*
- * What the trigger keeps per trigger, for the life of the backend: which
- * column, how to read it as text, and the compiled machine.  A relcache
- * invalidation of the table (ALTER TABLE, a renamed column) marks it stale;
- * a change of the machine shows in idem_machine_generation().  fn_extra
- * points at the entry, so the rows of a statement skip even the lookup.
+ * What the triggers keep per trigger, for the life of the backend: which
+ * column, how to read it as text, whether the rows it lets in are checked
+ * again after the insert, and the compiled machine.  A relcache invalidation
+ * of the table (ALTER TABLE, a renamed column, a trigger created, dropped or
+ * disabled) marks it stale; a change of the machine shows in
+ * idem_machine_generation().  fn_extra points at the entry, so the rows of a
+ * statement skip even the lookup.
  *
  * A state is the column's value cast to text, exactly as "column::text"
  * would cast it (which is what attach validates and idem_transition
@@ -392,8 +417,10 @@ typedef struct TriggerState
 	Oid			relid;
 	bool		valid;
 	AttrNumber	attnum;
+	Oid			typid;			/* of the column */
 	CoercionPathType to_text;	/* RELABELTYPE: the value is text already */
 	FmgrInfo	cast;			/* FUNC: the cast function; COERCEVIAIO: output */
+	bool		checked_after;	/* an AFTER INSERT check fires with this trigger */
 	uint64		generation;
 	IdemMachine *machine;
 } TriggerState;
@@ -413,7 +440,6 @@ trigger_states_invalidate(Datum arg, Oid relid)
 		if (relid == InvalidOid || state->relid == relid)
 			state->valid = false;
 }
-
 static void
 prepare_text_cast(TriggerState *state, Oid typid, MemoryContext cxt)
 {
@@ -444,10 +470,12 @@ prepare_text_cast(TriggerState *state, Oid typid, MemoryContext cxt)
 	}
 }
 
+
 static char *
-state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
+column_state(TriggerState *state, HeapTuple tuple, TupleDesc desc, AttrNumber attnum,
+			 bool *isnull)
 {
-	Datum		value = heap_getattr(tuple, state->attnum, desc, isnull);
+	Datum		value = heap_getattr(tuple, attnum, desc, isnull);
 
 	if (*isnull)
 		return NULL;
@@ -462,6 +490,116 @@ state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
 	}
 }
 
+static char *
+state_value(TriggerState *state, HeapTuple tuple, TupleDesc desc, bool *isnull)
+{
+	return column_state(state, tuple, desc, state->attnum, isnull);
+}
+
+/*
+ * Does rel have the AFTER INSERT trigger idem_enforce_initial_state for the
+ * machine and column of "trigger", firing whenever "trigger" fires?  Only
+ * then may the BEFORE INSERT trigger let a row pass that is not in an initial
+ * state: an attachment made by 0.1.0, or one whose AFTER trigger was dropped
+ * or disabled, keeps refusing such rows at once.
+ */
+static bool
+has_insert_check(Relation rel, Trigger *trigger, Oid enforce_fn)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+	Oid			namespace = get_func_namespace(enforce_fn);
+
+	for (int i = 0; trigdesc != NULL && i < trigdesc->numtriggers; i++)
+	{
+		Trigger    *after = &trigdesc->triggers[i];
+		char	   *fname;
+
+		if (!TRIGGER_FOR_ROW(after->tgtype) || !TRIGGER_FOR_AFTER(after->tgtype) ||
+			!TRIGGER_FOR_INSERT(after->tgtype) || after->tgnargs != 2 ||
+			strcmp(after->tgargs[0], trigger->tgargs[0]) != 0 ||
+			strcmp(after->tgargs[1], trigger->tgargs[1]) != 0)
+			continue;
+		if (after->tgenabled != TRIGGER_FIRES_ALWAYS && after->tgenabled != trigger->tgenabled)
+			continue;
+		fname = get_func_name(after->tgfoid);
+		if (fname != NULL && strcmp(fname, "idem_enforce_initial_state") == 0 &&
+			get_func_namespace(after->tgfoid) == namespace)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The state of one trigger (both functions share the cache): validated
+ * against the table, with its machine compiled.
+ */
+static TriggerState *
+trigger_state(FunctionCallInfo fcinfo, TriggerData *trigdata, const char *fname)
+{
+	Trigger    *trigger = trigdata->tg_trigger;
+	Relation	rel = trigdata->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	TriggerState *state;
+
+	if (trigger->tgnargs != 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("trigger \"%s\" of table \"%s\" must pass %s a machine and a column",
+						trigger->tgname, RelationGetRelationName(rel), fname)));
+
+	idem_machine_refresh();
+
+	state = (TriggerState *) fcinfo->flinfo->fn_extra;
+	if (state == NULL || state->tgoid != trigger->tgoid)
+	{
+		bool		found;
+
+		if (trigger_states == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(Oid);
+			ctl.entrysize = sizeof(TriggerState);
+			ctl.hcxt = CacheMemoryContext;
+			trigger_states = hash_create("idempotency trigger states", 16, &ctl,
+										 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+			CacheRegisterRelcacheCallback(trigger_states_invalidate, (Datum) 0);
+		}
+		state = hash_search(trigger_states, &trigger->tgoid, HASH_ENTER, &found);
+		if (!found)
+			state->valid = false;
+		fcinfo->flinfo->fn_extra = state;
+	}
+	if (!state->valid || state->relid != RelationGetRelid(rel))
+	{
+		state->relid = RelationGetRelid(rel);
+		state->machine = NULL;
+		state->attnum = SPI_fnumber(desc, trigger->tgargs[1]);
+		if (state->attnum <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("column \"%s\" of relation \"%s\" does not exist",
+							trigger->tgargs[1], RelationGetRelationName(rel)),
+					 errhint("Trigger \"%s\" names it: detach the machine with that column name, then attach it again.",
+							 trigger->tgname)));
+		state->typid = TupleDescAttr(desc, state->attnum - 1)->atttypid;
+		prepare_text_cast(state, state->typid, CacheMemoryContext);
+		state->checked_after = has_insert_check(rel, trigger, fcinfo->flinfo->fn_oid);
+		state->valid = true;
+	}
+	if (state->machine == NULL || state->generation != idem_machine_generation())
+	{
+		state->machine = idem_machine_get(fcinfo->flinfo->fn_oid, trigger->tgargs[0]);
+		state->generation = idem_machine_generation();
+		if (state->machine == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("state machine \"%s\" does not exist", trigger->tgargs[0]),
+					 errdetail("Trigger \"%s\" of table \"%s\" enforces it.",
+							   trigger->tgname, RelationGetRelationName(rel))));
+	}
+	return state;
+}
 /*
  * Accept the invalidations of other sessions once per statement: a machine
  * redefined and committed elsewhere applies from our next statement, even in
@@ -482,6 +620,7 @@ idem_machine_refresh(void)
 		last_xact = MyProc->lxid;
 	}
 }
+
 
 static void
 report_invalid_move(TriggerState *state, Relation rel, const char *column,
@@ -549,13 +688,208 @@ report_invalid_move(TriggerState *state, Relation rel, const char *column,
 }
 
 /*
+ * A state is allowed for a new row: an initial state, or any state when the
+ * machine declares none.  NULL never is.
+ */
+static bool
+initial_allowed(const IdemMachine *machine, const char *to)
+{
+	int			t;
+
+	if (to == NULL)
+		return false;
+	t = idem_machine_state_index(machine, to);
+	return t >= 0 && (!machine->has_initial || machine->initial[t]);
+}
+
+/*
+ * The rules of an UPDATE from "from" to "to": staying in the same value is
+ * always allowed (the idempotent no-op), so is NULL to NULL; from NULL is
+ * entering the machine (an initial state); anything else must be a move.
+ */
+static void
+check_move(TriggerState *state, Relation rel, const char *column,
+		   const char *from, const char *to)
+{
+	IdemMachine *machine = state->machine;
+	int			f;
+	int			t;
+
+	if (from == NULL && to == NULL)
+		return;
+	if (to == NULL)
+		report_invalid_move(state, rel, column, from, NULL);
+	if (from != NULL && strcmp(from, to) == 0)
+		return;
+	t = idem_machine_state_index(machine, to);
+	if (t < 0)
+		report_invalid_move(state, rel, column, from, to);
+	if (from == NULL)
+	{
+		if (!initial_allowed(machine, to))
+			report_invalid_move(state, rel, column, NULL, to);
+		return;
+	}
+	f = idem_machine_state_index(machine, from);
+	if (f < 0 || !machine->moves[f * machine->nstates + t])
+		report_invalid_move(state, rel, column, from, to);
+}
+
+/*
+ * Rows in flight between two triggers of one row.
+ *
+ * An UPDATE that moves a row to another partition is a DELETE from the old
+ * partition and an INSERT into the new one: the BEFORE UPDATE trigger of the
+ * old partition sees the move (old state, new state), then the BEFORE INSERT
+ * trigger of the new partition sees a new row.  Core tells that trigger
+ * nothing about where the row comes from, so the BEFORE UPDATE trigger of a
+ * partition leaves a note, "leaving": the old version's partition and TID,
+ * and the columns it checked.  The BEFORE INSERT trigger takes its column
+ * from the note only if it is of the same transaction, top-level statement
+ * and trigger depth (the destination's triggers fire at the depth of the
+ * source's; a statement run by some trigger in between fires deeper), and if
+ * the old version is really gone to another partition: deleted by this
+ * (sub)transaction, its t_ctid marked as moved.  Then it checks the move from
+ * the old version's state to the state the row arrives in (the destination's
+ * own BEFORE triggers may have changed it) instead of an initial state.  An
+ * UPDATE that stays in its partition leaves an old version whose t_ctid
+ * points at the new one, so its note never vouches for a later INSERT; a
+ * note is taken once per column, and the next row's UPDATE replaces it.
+ *
+ * The AFTER INSERT check (idem_enforce_initial_state, below) fires for the
+ * moved row too; the BEFORE INSERT trigger leaves it the note "arrived", the
+ * partition and columns it checked as a move, which the check's WHEN clause
+ * (idem_inserted_unchecked) takes at the depth just above.
+ *
+ * A note holds the columns of a few machines per table; a row governed by
+ * more is refused at its destination rather than let in unchecked.
+ */
+#define MAX_NOTED_COLUMNS 8
+
+typedef struct RowNote
+{
+	LocalTransactionId lxid;
+	TimestampTz statement;		/* start of the top-level statement */
+	int			depth;			/* pg_trigger_depth() of the trigger that wrote it */
+	Oid			relid;
+	ItemPointerData tid;		/* "leaving": the old version */
+	int			ncolumns;
+	NameData	columns[MAX_NOTED_COLUMNS];
+} RowNote;
+
+static RowNote leaving;
+static RowNote arrived;
+
+static int
+trigger_depth(void)
+{
+	return DatumGetInt32(DirectFunctionCall1(pg_trigger_depth, (Datum) 0));
+}
+
+static bool
+note_is_current(const RowNote *note)
+{
+	return note->ncolumns > 0 && note->lxid == MyProc->lxid &&
+		note->statement == GetCurrentStatementStartTimestamp();
+}
+
+static void
+note_add(RowNote *note, int depth, Oid relid, ItemPointer tid, const char *column)
+{
+	if (!note_is_current(note) || note->depth != depth || note->relid != relid ||
+		(tid != NULL && !ItemPointerEquals(&note->tid, tid)))
+	{
+		note->lxid = MyProc->lxid;
+		note->statement = GetCurrentStatementStartTimestamp();
+		note->depth = depth;
+		note->relid = relid;
+		if (tid != NULL)
+			note->tid = *tid;
+		else
+			ItemPointerSetInvalid(&note->tid);
+		note->ncolumns = 0;
+	}
+	for (int i = 0; i < note->ncolumns; i++)
+		if (strcmp(NameStr(note->columns[i]), column) == 0)
+			return;
+	if (note->ncolumns < MAX_NOTED_COLUMNS)
+		namestrcpy(&note->columns[note->ncolumns++], column);
+}
+
+/* Remove column from the note; was it there? */
+static bool
+note_take(RowNote *note, const char *column)
+{
+	for (int i = 0; i < note->ncolumns; i++)
+		if (strcmp(NameStr(note->columns[i]), column) == 0)
+		{
+			note->columns[i] = note->columns[--note->ncolumns];
+			return true;
+		}
+	return false;
+}
+
+/*
+ * Has the row version (relid, tid) moved to another partition in this
+ * transaction?  If so, *from is its state (NULL for NULL).  Only heap
+ * partitions say so; a row leaving any other kind is checked as new.
+ */
+static bool
+moved_from(TriggerState *state, Oid relid, ItemPointer tid, const char *column, char **from)
+{
+	Relation	source = try_table_open(relid, AccessShareLock);
+	HeapTupleData tuple;
+	HeapTuple	copy = NULL;
+	Buffer		buffer = InvalidBuffer;
+	AttrNumber	attnum;
+	bool		isnull;
+
+	/* a note of an UPDATE that stayed may outlive its table, or its blocks */
+	if (source == NULL)
+		return false;
+	attnum = SPI_fnumber(RelationGetDescr(source), column);
+	if (source->rd_rel->relam == HEAP_TABLE_AM_OID && attnum > 0 &&
+		TupleDescAttr(RelationGetDescr(source), attnum - 1)->atttypid == state->typid &&
+		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(source))
+	{
+		tuple.t_self = *tid;
+		if (heap_fetch(source, SnapshotAny, &tuple, &buffer, true))
+		{
+			HeapTupleHeader header = tuple.t_data;
+
+			LockBuffer(buffer, BUFFER_LOCK_SHARE);
+			if (!(header->t_infomask & HEAP_XMAX_INVALID) &&
+				!HEAP_XMAX_IS_LOCKED_ONLY(header->t_infomask) &&
+				TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetUpdateXid(header)) &&
+				ItemPointerIndicatesMovedPartitions(&header->t_ctid))
+				copy = heap_copytuple(&tuple);
+			LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+		}
+		if (BufferIsValid(buffer))
+			ReleaseBuffer(buffer);
+	}
+	if (copy != NULL)
+		*from = column_state(state, copy, RelationGetDescr(source), attnum, &isnull);
+	table_close(source, AccessShareLock);
+	return copy != NULL;
+}
+
+/*
  * BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger,
  * idem_enforce_transition(machine, column).
  *
- * INSERT, or UPDATE from NULL: the value must be an initial state (any state
- * when the machine declares none).  UPDATE: staying in the same value is
- * always allowed (the idempotent no-op); any other change must be a move of
- * the machine.  NULL is not a state: no row may move to NULL.
+ * UPDATE: check_move, from the old row's state to the new row's.
+ *
+ * INSERT: the row that arrives in a partition by an UPDATE's row movement is
+ * checked as the move it is (see "Rows in flight").  Any other row must start
+ * in an initial state, but the trigger does not know whether it will be
+ * inserted: INSERT ... ON CONFLICT fires it on the proposed row, before the
+ * conflict check, and then a conflict turns the statement into an UPDATE of
+ * the existing row (checked as such by this trigger) or into nothing.  So a
+ * row that is not in an initial state passes here when the AFTER INSERT
+ * trigger idem_enforce_initial_state will check it if it is really inserted;
+ * without that trigger (attachments made by 0.1.0 and not updated), it is
+ * refused here, as before.
  */
 Datum
 idem_enforce_transition(PG_FUNCTION_ARGS)
@@ -565,13 +899,10 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	Relation	rel;
 	TupleDesc	desc;
 	TriggerState *state;
-	HeapTuple	result;
+	const char *column;
 	char	   *to;
-	char	   *from = NULL;
-	bool		to_null;
-	bool		from_null = true;
-	int			f;
-	int			t;
+	char	   *from;
+	bool		isnull;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
 		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
@@ -583,90 +914,116 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	trigger = trigdata->tg_trigger;
 	rel = trigdata->tg_relation;
 	desc = RelationGetDescr(rel);
-	if (trigger->tgnargs != 2)
+	state = trigger_state(fcinfo, trigdata, "idem_enforce_transition");
+	column = trigger->tgargs[1];
+
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		from = state_value(state, trigdata->tg_trigtuple, desc, &isnull);
+		to = state_value(state, trigdata->tg_newtuple, desc, &isnull);
+		check_move(state, rel, column, from, to);
+		/* the row may be about to move to another partition */
+		if (rel->rd_rel->relispartition)
+			note_add(&leaving, trigger_depth(), RelationGetRelid(rel),
+					 &trigdata->tg_trigtuple->t_self, column);
+		return PointerGetDatum(trigdata->tg_newtuple);
+	}
+
+	to = state_value(state, trigdata->tg_trigtuple, desc, &isnull);
+	if (rel->rd_rel->relispartition && (note_is_current(&leaving) || note_is_current(&arrived)))
+	{
+		int			depth = trigger_depth();
+
+		/* a note of this trigger's column from an earlier row is void */
+		if (arrived.depth == depth && arrived.relid == RelationGetRelid(rel))
+			note_take(&arrived, column);
+		if (note_is_current(&leaving) && leaving.depth == depth && note_take(&leaving, column))
+		{
+			from = NULL;
+			if (moved_from(state, leaving.relid, &leaving.tid, column, &from))
+			{
+				check_move(state, rel, column, from, to);
+				note_add(&arrived, depth, RelationGetRelid(rel), NULL, column);
+				return PointerGetDatum(trigdata->tg_trigtuple);
+			}
+			leaving.ncolumns = 0;	/* an UPDATE that did not move its row */
+		}
+	}
+	if (!initial_allowed(state->machine, to) && !state->checked_after)
+		report_invalid_move(state, rel, column, NULL, to);
+	return PointerGetDatum(trigdata->tg_trigtuple);
+}
+
+/*
+ * idem_inserted_unchecked(machine, column, relation, state): the WHEN clause
+ * of the AFTER INSERT check, evaluated as each row is inserted (before the
+ * next row's triggers fire).  True when the row must be refused: it did not
+ * arrive by row movement (the BEFORE INSERT trigger checked those, and left
+ * the note "arrived" at the depth just below ours) and "state" is not allowed
+ * for a new row.  So the check's event is queued only for the rows it
+ * refuses.
+ */
+Datum
+idem_inserted_unchecked(PG_FUNCTION_ARGS)
+{
+	typedef struct
+	{
+		uint64		generation;
+		IdemMachine *machine;
+	}			Cached;
+	Cached	   *cached = (Cached *) fcinfo->flinfo->fn_extra;
+	char	   *machine_name;
+	char	   *state;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		PG_RETURN_BOOL(true);
+	if (note_is_current(&arrived) && arrived.relid == PG_GETARG_OID(2) &&
+		arrived.depth == trigger_depth() + 1 &&
+		note_take(&arrived, NameStr(*PG_GETARG_NAME(1))))
+		PG_RETURN_BOOL(false);
+
+	if (cached == NULL)
+		cached = fcinfo->flinfo->fn_extra =
+			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Cached));
+	machine_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (cached->machine == NULL || cached->generation != idem_machine_generation() ||
+		strcmp(cached->machine->name, machine_name) != 0)
+	{
+		cached->machine = idem_machine_get(fcinfo->flinfo->fn_oid, machine_name);
+		cached->generation = idem_machine_generation();
+	}
+	if (cached->machine == NULL)
+		PG_RETURN_BOOL(true);	/* the trigger reports it */
+	state = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	PG_RETURN_BOOL(!initial_allowed(cached->machine, state));
+}
+
+/*
+ * AFTER INSERT ... FOR EACH ROW trigger idem_enforce_initial_state(machine,
+ * column), WHEN (idem_inserted_unchecked(...)): a row really inserted
+ * (COPY, INSERT, the insert path of INSERT ... ON CONFLICT) must start in an
+ * initial state.  It fires at the end of the statement, on the row as it was
+ * stored.
+ */
+Datum
+idem_enforce_initial_state(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TriggerState *state;
+	char	   *to;
+	bool		isnull;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("trigger \"%s\" of table \"%s\" must pass idem_enforce_transition a machine and a column",
-						trigger->tgname, RelationGetRelationName(rel))));
-
-	idem_machine_refresh();
-
-	state = (TriggerState *) fcinfo->flinfo->fn_extra;
-	if (state == NULL || state->tgoid != trigger->tgoid)
-	{
-		bool		found;
-
-		if (trigger_states == NULL)
-		{
-			HASHCTL		ctl;
-
-			ctl.keysize = sizeof(Oid);
-			ctl.entrysize = sizeof(TriggerState);
-			ctl.hcxt = CacheMemoryContext;
-			trigger_states = hash_create("idempotency trigger states", 16, &ctl,
-										 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-			CacheRegisterRelcacheCallback(trigger_states_invalidate, (Datum) 0);
-		}
-		state = hash_search(trigger_states, &trigger->tgoid, HASH_ENTER, &found);
-		if (!found)
-			state->valid = false;
-		fcinfo->flinfo->fn_extra = state;
-	}
-	if (!state->valid || state->relid != RelationGetRelid(rel))
-	{
-		state->relid = RelationGetRelid(rel);
-		state->machine = NULL;
-		state->attnum = SPI_fnumber(desc, trigger->tgargs[1]);
-		if (state->attnum <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_COLUMN),
-					 errmsg("column \"%s\" of relation \"%s\" does not exist",
-							trigger->tgargs[1], RelationGetRelationName(rel)),
-					 errhint("Trigger \"%s\" names it: detach the machine with that column name, then attach it again.",
-							 trigger->tgname)));
-		prepare_text_cast(state, TupleDescAttr(desc, state->attnum - 1)->atttypid,
-						  CacheMemoryContext);
-		state->valid = true;
-	}
-	if (state->machine == NULL || state->generation != idem_machine_generation())
-	{
-		state->machine = idem_machine_get(fcinfo->flinfo->fn_oid, trigger->tgargs[0]);
-		state->generation = idem_machine_generation();
-		if (state->machine == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("state machine \"%s\" does not exist", trigger->tgargs[0]),
-					 errdetail("Trigger \"%s\" of table \"%s\" enforces it.",
-							   trigger->tgname, RelationGetRelationName(rel))));
-	}
-
-	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		result = trigdata->tg_trigtuple;
-	else
-	{
-		result = trigdata->tg_newtuple;
-		from = state_value(state, trigdata->tg_trigtuple, desc, &from_null);
-	}
-	to = state_value(state, result, desc, &to_null);
-
-	if (from_null && to_null && TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-		return PointerGetDatum(result);
-	if (to_null)
-		report_invalid_move(state, rel, trigger->tgargs[1], from, NULL);
-	if (!from_null && strcmp(from, to) == 0)
-		return PointerGetDatum(result); /* the idempotent no-op */
-
-	t = idem_machine_state_index(state->machine, to);
-	if (t < 0)
-		report_invalid_move(state, rel, trigger->tgargs[1], from, to);
-	if (from_null)
-	{
-		if (state->machine->has_initial && !state->machine->initial[t])
-			report_invalid_move(state, rel, trigger->tgargs[1], NULL, to);
-		return PointerGetDatum(result);
-	}
-	f = idem_machine_state_index(state->machine, from);
-	if (f < 0 || !state->machine->moves[f * state->machine->nstates + t])
-		report_invalid_move(state, rel, trigger->tgargs[1], from, to);
-	return PointerGetDatum(result);
+				 errmsg("idem_enforce_initial_state must be fired AFTER INSERT FOR EACH ROW")));
+	state = trigger_state(fcinfo, trigdata, "idem_enforce_initial_state");
+	to = state_value(state, trigdata->tg_trigtuple, RelationGetDescr(trigdata->tg_relation),
+					 &isnull);
+	if (!initial_allowed(state->machine, to))
+		report_invalid_move(state, trigdata->tg_relation, trigdata->tg_trigger->tgargs[1],
+							NULL, to);
+	return PointerGetDatum(NULL);
 }

@@ -23,6 +23,11 @@
  * and state column, and prepared again when a name, the column's type or
  * the primary key changed.
  *
+ * The statements name the table with ONLY, and a table with inheritance
+ * children is refused: the machine's trigger fires for the parent's own rows
+ * only, so a child's row would move unchecked.  Partitioned tables are
+ * governed whole (their partitions carry clones of the triggers).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -30,6 +35,7 @@
 #include "access/genam.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -214,8 +220,10 @@ prepare_plans(Relation rel, AttrNumber attnum)
 		hash_search(plan_cache, &key, HASH_REMOVE, NULL);
 	}
 
-	table = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-									   RelationGetRelationName(rel));
+	/* ONLY: the rows of inheritance children are not governed (transition()) */
+	table = psprintf("%s%s", rel->rd_rel->relkind == RELKIND_RELATION ? "ONLY " : "",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)));
 	column = quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
 	column_type = format_type_extended(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid,
 									   TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypmod,
@@ -350,6 +358,21 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	/* copies: the relcache may rebuild rel's triggers at the next lock */
 	machine_name = pstrdup(trigger->tgargs[0]);
 	column_name = pstrdup(trigger->tgargs[1]);
+
+	/*
+	 * The machine's triggers fire for the rows of this table only, not for
+	 * those of its inheritance children (idem_attach_machine refuses a parent,
+	 * but children may come later).  The statements say ONLY as well, for a
+	 * child added while we run.
+	 */
+	if (rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relhassubclass &&
+		find_inheritance_children(relid, NoLock) != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("table \"%s\" has inheritance children", RelationGetRelationName(rel)),
+				 errdetail("State machine \"%s\" governs the rows of table \"%s\" only, not those of its children.",
+						   machine_name, RelationGetRelationName(rel)),
+				 errhint("Attach the machine to each child table, and call idem_transition on the child that holds the row.")));
 	attnum = SPI_fnumber(RelationGetDescr(rel), column_name);
 	if (attnum <= 0)
 		ereport(ERROR,

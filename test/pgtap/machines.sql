@@ -140,8 +140,8 @@ SELECT throws_ok($$UPDATE orders SET st = 'paid' WHERE id = 14$$, 'IK005',
 SELECT lives_ok($$UPDATE orders SET st = 'held', note = 'stays' WHERE id = 14$$, 'but can stay');
 
 -- detach and attach again ----------------------------------------------------------------------
-SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass), 2::bigint,
-          'attached with a log: two triggers');
+SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass), 3::bigint,
+          'attached with a log: three triggers (BEFORE, AFTER INSERT, log)');
 CREATE TEMP TABLE logged AS SELECT count(*) AS n FROM orders_state_log;
 SELECT idem_detach_machine('orders', 'st');
 SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'orders'::regclass), 0::bigint,
@@ -208,8 +208,8 @@ SELECT throws_ok($$UPDATE flow SET st = 'z' WHERE k = 'd'$$, 'IK005',
                  'a BEFORE trigger named a_... that changes the new state is checked after it: a -> c is refused');
 SELECT results_eq(
     $$SELECT tgname FROM pg_trigger WHERE tgrelid = 'flow'::regclass AND NOT tgisinternal ORDER BY tgname COLLATE "C"$$,
-    $$VALUES ('a_force'::name), ('zz_idem_machine_st')$$,
-    'the enforcing trigger''s name sorts after the user''s');
+    $$VALUES ('a_force'::name), ('zz_idem_machine_st'), ('zz_idem_machine_st_inserted')$$,
+    'the enforcing triggers'' names sort after the user''s');
 DROP TRIGGER a_force ON flow;
 INSERT INTO flow VALUES ('f', 'b');
 CREATE TRIGGER a_force BEFORE UPDATE OF st ON flow FOR EACH ROW EXECUTE FUNCTION mt.force_state('c');

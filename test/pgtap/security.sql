@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 42::bigint, 'the extension has 42 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 44::bigint, 'the extension has 44 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -94,8 +94,9 @@ SELECT results_eq(
          OR EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
                     WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')
       ORDER BY 1$$,
-    $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_transition()'), ('idem_fingerprint(bytea)'),
-             ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'), ('idem_inbox_seq(bigint,integer)'),
+    $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_initial_state()'), ('idem_enforce_transition()'),
+             ('idem_fingerprint(bytea)'), ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'),
+             ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
              ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
