@@ -101,13 +101,15 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
-       AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated')
+       AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
+                             'idem_inserted_unchecked', 'idem_enforce_initial_state')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
     SELECT 'trigger ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text
       FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
      WHERE NOT t.tgisinternal AND c.relname NOT LIKE 'idem%'
+       AND t.tgname NOT LIKE 'zz\_idem\_machine\_%\_inserted'
     UNION ALL
     SELECT 'policy ' || polrelid::regclass || ' ' || polname FROM pg_policy
     UNION ALL
@@ -142,6 +144,14 @@ $node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$current, "ALTER EXTENSION UPDATE moves to $current");
 is(snapshot('upgraded'), $before, 'every row, the epoch, the privileges, triggers and policies are kept');
+# What the update adds to user tables: each attachment's AFTER INSERT trigger
+# (the rows really inserted must start in an initial state).
+is( $node->safe_psql('upgraded', q{
+		SELECT string_agg(c.relname || '.' || t.tgname, ',' ORDER BY c.relname, t.tgname)
+		  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		 WHERE t.tgname LIKE 'zz\_idem\_machine\_%\_inserted'}),
+	'payments.zz_idem_machine_status_inserted,shipments.zz_idem_machine_state_inserted',
+	'and every attachment gained its AFTER INSERT trigger');
 
 ($ret, $out, $err) = $node->psql('upgraded', q{SELECT count(*) FROM idem_lookup('done')});
 is($err, '', 'after the update no warning');
