@@ -101,7 +101,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
-       AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated')
+       AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
+                              'idem_records_rekeyed')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
