@@ -5,6 +5,10 @@
 -- key never repeat.  A removal that is rolled back changes nothing for the
 -- owner; removing nothing, or only records of an earlier epoch, and the
 -- reuse of a released record inside idem_claim do not spend an epoch.
+-- A reuse that fails leaves no exemption behind; an UPDATE cannot move a
+-- record to another key; a role needs nothing on the sequence to delete;
+-- the epoch moves with the first deleted row, once per statement; a replica
+-- session fences too; a renamed column is reported.
 --
 -- Everything, roles included, is rolled back; the epoch (a sequence, not
 -- transactional) is put back at the end.  Keys are prefixed "fd.", roles are
@@ -134,7 +138,7 @@ SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1,
 
 -- 6. no new privilege: the trigger functions cannot be called or attached by others --------------
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.proname IN ('idem_records_removed', 'idem_records_truncated')
+                  WHERE p.proname IN ('idem_records_removed', 'idem_records_truncated', 'idem_records_rekeyed')
                     AND has_function_privilege('public', p.oid, 'EXECUTE')$$,
                 'PUBLIC cannot execute the removal triggers'' functions');
 SELECT is(has_sequence_privilege('regress_idem_fd_client', 'idem_token_epoch', 'USAGE'), false,
