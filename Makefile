@@ -11,7 +11,7 @@ HEADERS = src/idempotency.h
 # Released scripts never change.  Every SQL change after a release goes into
 # the upgrade script to the next version; the install script of the current
 # version is built from the first release and the upgrade chain, so a fresh
-# install and an updated one cannot drift apart (test/t/005_upgrade.pl compares
+# install and an updated one cannot drift apart (test/t/009_upgrade.pl compares
 # their catalogs and checks that an update keeps the data; sql/upgrade_chain.sql
 # walks the chain).
 UPGRADE_CHAIN = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.1.0--0.2.0.sql
@@ -33,18 +33,21 @@ PROVE_TESTS = $(wildcard test/t/*.pl)
 PG_CFLAGS += -Wall -Wextra -Werror -Wno-unused-parameter
 
 # The build's identity, for idem_version() (src/version.c): the library's
-# version is EXTVERSION, and the build id the checkout's git describe.  The
-# last id seen is kept in src/.build_id, so that a rebuild where git does not
-# answer (a tarball, or root's make install in a user's checkout) keeps it,
-# and src/version.o is rebuilt only when it changes.  Without either the
-# library says "unknown (not built from a git checkout)".
-IDEM_BUILD_ID := $(or $(shell git -C '$(CURDIR)' describe --always --dirty 2>/dev/null),$(shell cat src/.build_id 2>/dev/null))
+# version is EXTVERSION, and the build id the checkout's git describe.  Only
+# when this directory is the top of a git work tree: a tarball unpacked
+# inside another checkout must not take that one's commit.  safe.directory:
+# git refuses a work tree owned by another user (root's make install in a
+# user's checkout) unless told it is safe.  The last id seen is kept in
+# src/.build_id, so that a rebuild where git does not answer keeps it, and
+# src/version.o is rebuilt only when it changes.  Without either the id
+# says so.
+IDEM_GIT = git -c safe.directory='$(CURDIR)' -C '$(CURDIR)'
+IDEM_GIT_TOP := $(shell $(IDEM_GIT) rev-parse --show-toplevel 2>/dev/null)
+IDEM_GIT_ID := $(if $(IDEM_GIT_TOP),$(if $(filter $(realpath $(CURDIR)),$(realpath $(IDEM_GIT_TOP))),$(shell $(IDEM_GIT) describe --always --dirty 2>/dev/null)))
+IDEM_BUILD_ID := $(or $(IDEM_GIT_ID),$(shell cat src/.build_id 2>/dev/null),unknown (git describe unavailable))
 PG_CPPFLAGS += -DIDEM_LIBRARY_VERSION='"$(EXTVERSION)"'
-ifneq ($(IDEM_BUILD_ID),)
 PG_CPPFLAGS += -DIDEM_BUILD_ID='"$(IDEM_BUILD_ID)"'
-endif
-EXTRA_CLEAN += src/.build_id
-EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check log
+EXTRA_CLEAN = results regression.diffs regression.out output_iso tmp_check log src/.build_id
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -56,7 +59,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
 # Every module includes the one shared header.
 $(OBJS): src/idempotency.h
 
-src/version.o: src/.build_id Makefile
+src/version.o src/version.bc: src/.build_id Makefile
 src/.build_id: FORCE
 	@[ -f $@ ] && [ "$$(cat $@)" = '$(IDEM_BUILD_ID)' ] || echo '$(IDEM_BUILD_ID)' > $@
 .PHONY: FORCE

@@ -12,9 +12,11 @@
 /*
  * Fencing whatever removes a record (issue 12, defect 3).  A DELETE or
  * TRUNCATE of records advances the token epoch as idem_purge does, so that
- * a key claimed again gets tokens no earlier owner held (src/removal.c).
- * The functions advance the sequence without the deleting role's privileges
- * on it, and nobody may call them or attach them elsewhere.
+ * a key claimed again gets tokens no earlier owner held, and an UPDATE may
+ * not move a record to another scope or key (src/removal.c).  The functions
+ * read and advance the sequence without the deleting role's privileges on
+ * it, and nobody may call them or attach them elsewhere.  ENABLE ALWAYS:
+ * with session_replication_role = replica records are removed too.
  */
 CREATE FUNCTION @extschema@.idem_records_removed()
 RETURNS trigger
@@ -26,22 +28,38 @@ RETURNS trigger
 AS 'MODULE_PATHNAME', 'idem_records_truncated'
 LANGUAGE C;
 
+CREATE FUNCTION @extschema@.idem_records_rekeyed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_records_rekeyed'
+LANGUAGE C;
+
 REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_records_removed(),
-    @extschema@.idem_records_truncated()
+    @extschema@.idem_records_truncated(),
+    @extschema@.idem_records_rekeyed()
 FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.idem_records_removed() IS
     'trigger: a deleted record of the current token epoch advances the epoch';
 COMMENT ON FUNCTION @extschema@.idem_records_truncated() IS
     'trigger: a TRUNCATE of the records advances the token epoch';
+COMMENT ON FUNCTION @extschema@.idem_records_rekeyed() IS
+    'trigger: refuses an UPDATE that changes the scope or key of a record';
 
+-- BEFORE: an AFTER row trigger would queue an event per deleted row
 CREATE TRIGGER idem_records_removed
-    AFTER DELETE ON @extschema@.idempotency_records
+    BEFORE DELETE ON @extschema@.idempotency_records
     FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_records_removed();
 CREATE TRIGGER idem_records_truncated
     AFTER TRUNCATE ON @extschema@.idempotency_records
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_records_truncated();
+CREATE TRIGGER idem_records_rekeyed
+    BEFORE UPDATE OF scope, key ON @extschema@.idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_records_rekeyed();
+ALTER TABLE @extschema@.idempotency_records
+    ENABLE ALWAYS TRIGGER idem_records_removed,
+    ENABLE ALWAYS TRIGGER idem_records_truncated,
+    ENABLE ALWAYS TRIGGER idem_records_rekeyed;
 
 /*
  * The build's identity (issue 12): which SQL version is installed, which

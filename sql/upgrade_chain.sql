@@ -20,7 +20,8 @@ ALTER EXTENSION idempotency UPDATE TO '0.2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 SELECT sql_version, library_version, build_id <> '' AS has_build_id, postgresql_major
 FROM idem_version();
-SELECT tgname FROM pg_trigger WHERE tgrelid = 'idempotency_records'::regclass AND NOT tgisinternal ORDER BY 1;
+-- ENABLE ALWAYS (A): they fire with session_replication_role = replica too
+SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'idempotency_records'::regclass AND NOT tgisinternal ORDER BY 1;
 -- the record of 0.1.0 is kept, and its deletion now moves the epoch
 SELECT key, token, status FROM idempotency_records;
 DELETE FROM idempotency_records WHERE key = 'chain';

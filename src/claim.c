@@ -278,6 +278,33 @@ claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
+/*
+ * Reuse the locked record rec (STMT_REUSE with args) as a new claim of the
+ * key.  The key is never absent, so no epoch is spent: the removal trigger
+ * is told which row's DELETE is no removal (removal.c), and told again,
+ * however the statement ends, that it is over.  Returns false if the row
+ * was not there.
+ */
+static bool
+reuse_record(IdemStore *store, Datum *args, text *scope, text *key, IdemRecord *rec,
+			 MemoryContext copy_to)
+{
+	IdemRemovalReuse saved;
+	volatile bool reused = false;
+
+	idem_removal_reuse_begin(&saved, scope, key, DatumGetInt64(rec->values[COL_TOKEN]));
+	PG_TRY();
+	{
+		reused = idem_store_exec(store, STMT_REUSE, args, NULL, false, rec, copy_to);
+	}
+	PG_FINALLY();
+	{
+		idem_removal_reuse_end(&saved);
+	}
+	PG_END_TRY();
+	return reused;
+}
+
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
@@ -375,13 +402,7 @@ idem_claim(PG_FUNCTION_ARGS)
 		outcome = classify(&rec, fingerprint, now, key, scope);
 		if (outcome == NEEDS_REUSE)
 		{
-			bool		reused;
-
-			/* the key is never absent: no epoch spent (removal.c) */
-			idem_removal_reuse_begin(scope, key);
-			reused = idem_store_exec(&store, STMT_REUSE, new_args, NULL, false, &rec, caller_cxt);
-			idem_removal_reuse_end();
-			if (!reused)
+			if (!reuse_record(&store, new_args, scope, key, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_NEW;
 		}

@@ -9,7 +9,8 @@
  * kept until a syscache callback reports a change to that schema or to the
  * idem_status type: DROP and CREATE EXTENSION (new OIDs), ALTER SCHEMA
  * RENAME.  Other schemas and types come and go all the time (every CREATE
- * TEMP TABLE makes a type) and do not cost a reload.  Modules that derive
+ * TEMP TABLE makes a type) and do not cost a reload.  A change to any
+ * function costs the version check again, not a reload (version.c).  Modules that derive
  * their own caches from these objects compare "generation" to know when to
  * rebuild them; it grows only when a reload finds something different, so
  * that a GRANT on the schema (which invalidates it too) costs a reload here
@@ -40,6 +41,7 @@
 
 static IdemObjects objects;
 static bool objects_valid = false;
+static bool version_valid = false;
 static uint32 namespace_hash;
 static uint32 status_type_hash;
 
@@ -50,6 +52,17 @@ objects_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 
 	if (hashvalue == 0 || hashvalue == ours)
 		objects_valid = false;
+}
+
+/*
+ * Any function created, replaced or altered: perhaps by an update script of
+ * the extension, which changes its version (version.c).  Only the version is
+ * checked again, the objects stay.
+ */
+static void
+version_invalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	version_valid = false;
 }
 
 static Oid
@@ -77,13 +90,14 @@ objects_load(Oid fn_oid)
 	{
 		CacheRegisterSyscacheCallback(NAMESPACEOID, objects_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(TYPEOID, objects_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, version_invalidate, (Datum) 0);
 		callbacks_registered = true;
 	}
 
 	nsp = get_func_namespace(fn_oid);
 	if (!OidIsValid(nsp))
 		elog(ERROR, "cache lookup failed for function %u", fn_oid);
-	idem_version_check(fn_oid);
+	version_valid = idem_version_check(fn_oid);
 
 	/* zeroed whole, padding included: it is compared with memcmp below */
 	memset(&loaded, 0, sizeof(loaded));
@@ -134,6 +148,8 @@ idem_objects(Oid fn_oid)
 {
 	if (!objects_valid)
 		objects_load(fn_oid);
+	else if (!version_valid)
+		version_valid = idem_version_check(fn_oid);
 	return &objects;
 }
 

@@ -239,11 +239,25 @@ extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *na
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *name);
 
-/* removal.c: idem_claim's reuse of a record is no removal */
-extern void idem_removal_reuse_begin(text *scope, text *key);
-extern void idem_removal_reuse_end(void);
+/*
+ * removal.c: idem_claim's reuse of a record is no removal.  begin saves the
+ * announcement in force into *saved and end puts it back, so a claim nested
+ * in a trigger of the reuse does not disarm the outer one; end must run
+ * however the reuse ends (PG_FINALLY).
+ */
+typedef struct IdemRemovalReuse
+{
+	text	   *scope;			/* NULL: nothing announced */
+	text	   *key;
+	int64		token;			/* of the row the reuse deletes */
+	LocalTransactionId lxid;
+} IdemRemovalReuse;
 
-/* version.c */
-extern void idem_version_check(Oid fn_oid);
+extern void idem_removal_reuse_begin(IdemRemovalReuse *saved, text *scope, text *key,
+									 int64 token);
+extern void idem_removal_reuse_end(const IdemRemovalReuse *saved);
+
+/* version.c: false when it could not check (in an extension script) */
+extern bool idem_version_check(Oid fn_oid);
 
 #endif							/* IDEMPOTENCY_H */

@@ -8,25 +8,49 @@
  * key claimed again after its record went must get tokens above every token
  * issued for it before, so every removal of a record whose token belongs to
  * the current epoch must advance the epoch before the removal commits.
- * idem_purge does so in its statement; the two triggers of this file do it
- * for everything else:
+ * idem_purge does so in its statement; the triggers of this file do it for
+ * everything else, and refuse the one removal that cannot be fenced:
  *
- *	 - idem_records_removed, AFTER DELETE FOR EACH ROW: when the old row's
+ *	 - idem_records_removed, BEFORE DELETE FOR EACH ROW: when the old row's
  *	   token is of the current epoch (or later), nextval.  A row of an older
  *	   epoch needs nothing: the next claim's tokens are above it already.  So
  *	   a statement spends at most one epoch however many rows it deletes, and
- *	   a purge (which advanced the epoch first) spends none here.  The reuse
- *	   of a record by idem_claim (a DELETE and INSERT of the key in one
- *	   statement, the token growing by one) is no removal: claim.c announces
- *	   it with idem_removal_reuse_begin/end and the trigger lets that key be.
+ *	   a purge (which advanced the epoch first) spends none here.  BEFORE,
+ *	   not AFTER: an AFTER row trigger queues an event per row and fetches
+ *	   the row again at the end of the statement, memory and time that grow
+ *	   with a bulk DELETE or a purge.  A row whose deletion then does not
+ *	   happen (another trigger skips it, the statement fails) has spent an
+ *	   epoch for nothing, as a rolled-back deletion does.
  *	 - idem_records_truncated, AFTER TRUNCATE FOR EACH STATEMENT: nextval.
+ *	 - idem_records_rekeyed, BEFORE UPDATE OF scope, key FOR EACH ROW:
+ *	   refuses an UPDATE that changes either.  Moving a record to another
+ *	   key removes the old key (whose next claim would repeat its token) and
+ *	   gives the new key a token that may be below one issued for it before;
+ *	   the extension itself never does it.
  *
- * The sequence is advanced without checking the deleting role's privileges
- * on it (nextval_internal): the advance is part of the deletion, which the
- * role is allowed, not a right of its own, so the client kind keeps only
- * SELECT on the sequence, and nothing is SECURITY DEFINER.  Nobody can call
- * the functions (no EXECUTE for PUBLIC; a trigger's firing checks none),
- * and they refuse to run on any table but the records.
+ * All three are ENABLE ALWAYS: a session with session_replication_role =
+ * replica (the logical replication apply worker, some restore tools)
+ * removes records as surely as any other.
+ *
+ * The reuse of a record by idem_claim (a DELETE and INSERT of the key in one
+ * statement, the token growing by one) is no removal: claim.c announces it
+ * with idem_removal_reuse_begin/end around the statement, naming the key and
+ * the token of the row it deletes.  The trigger lets exactly that row be,
+ * once, in the transaction that announced it; end runs however the
+ * statement ends (PG_FINALLY), so an error caught by a savepoint leaves
+ * nothing armed for a later DELETE of the key, and the announcement never
+ * outlives the claim's memory it points into.
+ *
+ * The epoch is read and advanced without checking the deleting role's
+ * privileges on the sequence (nextval_internal, and pg_sequence_last_value
+ * as the sequence's owner): the advance is part of the deletion, which the
+ * role is allowed, not a right of its own, so a role may delete records
+ * with DELETE on the table and nothing on the sequence, and nothing is
+ * SECURITY DEFINER.  A claim, which hands the epoch out, reads it with the
+ * claimant's privileges.  Nobody can call the functions (no EXECUTE for
+ * PUBLIC; a trigger's firing checks none), and they refuse to run on any
+ * table but the records.  The columns are found by name, so that ALTER TABLE
+ * ADD COLUMN does not move them; a renamed one is reported as missing.
  *
  * The sequence is not transactional: a deletion rolled back has spent an
  * epoch and changed nothing else.  Concurrent claims are safe because the
@@ -41,23 +65,26 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/syscache.h"
 
 #include "idempotency.h"
 
 PG_FUNCTION_INFO_V1(idem_records_removed);
 PG_FUNCTION_INFO_V1(idem_records_truncated);
+PG_FUNCTION_INFO_V1(idem_records_rekeyed);
 
-/* The key idem_claim is reusing, in the transaction that announced it. */
-static text *reuse_scope;
-static text *reuse_key;
-static LocalTransactionId reuse_lxid = InvalidLocalTransactionId;
+/* The row idem_claim is reusing, while its statement runs. */
+static IdemRemovalReuse reuse;
 
 /* The epoch read last, valid in the one statement that read it. */
 static int64 known_epoch;
@@ -65,54 +92,95 @@ static LocalTransactionId known_lxid = InvalidLocalTransactionId;
 static CommandId known_cid;
 
 void
-idem_removal_reuse_begin(text *scope, text *key)
+idem_removal_reuse_begin(IdemRemovalReuse *saved, text *scope, text *key, int64 token)
 {
-	reuse_scope = scope;
-	reuse_key = key;
-	reuse_lxid = MyProc->lxid;
+	*saved = reuse;
+	reuse.scope = scope;
+	reuse.key = key;
+	reuse.token = token;
+	reuse.lxid = MyProc->lxid;
 }
 
 void
-idem_removal_reuse_end(void)
+idem_removal_reuse_end(const IdemRemovalReuse *saved)
 {
-	reuse_lxid = InvalidLocalTransactionId;
-	reuse_scope = reuse_key = NULL;
+	reuse = *saved;
 }
 
+/* The sequence's last value (0 before the first nextval), read as its owner. */
 static int64
 epoch_now(Oid sequence)
 {
 	LOCAL_FCINFO(fcinfo, 1);
+	HeapTuple	tuple;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
 	Datum		last;
 
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(sequence));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", sequence);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	/* an error restores the user id with the (sub)transaction's abort */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = ObjectIdGetDatum(sequence);
 	fcinfo->args[0].isnull = false;
 	last = pg_sequence_last_value(fcinfo);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return fcinfo->isnull ? 0 : DatumGetInt64(last);
 }
 
-static void
-check_trigger(FunctionCallInfo fcinfo, const char *name, bool row, const IdemObjects **objects)
+/*
+ * Refuse a call that is not the trigger "expected" on the records: fired as
+ * described (ok) and on table idempotency_records.
+ */
+static const IdemObjects *
+check_trigger(FunctionCallInfo fcinfo, const char *name, const char *expected, bool ok)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	const IdemObjects *objects;
 
-	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
-		(row ? !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		 !TRIGGER_FIRED_BY_DELETE(trigdata->tg_event)
-		 : !TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
-		 !TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event)))
+	if (!CALLED_AS_TRIGGER(fcinfo) || !ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("%s() must be called as an AFTER %s trigger", name,
-						row ? "DELETE FOR EACH ROW" : "TRUNCATE")));
-	*objects = idem_objects(fcinfo->flinfo->fn_oid);
-	if (RelationGetRelid(trigdata->tg_relation) != (*objects)->records)
+				 errmsg("%s() must be called as a %s trigger", name, expected)));
+	objects = idem_objects(fcinfo->flinfo->fn_oid);
+	if (RelationGetRelid(trigdata->tg_relation) != objects->records)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("%s() may only be a trigger of table idempotency_records", name),
 				 errdetail("It fired on table \"%s\".",
 						   RelationGetRelationName(trigdata->tg_relation))));
+	return objects;
+}
+
+#define FIRED_AS(trigdata, when, level, event) \
+	(TRIGGER_FIRED_##when((trigdata)->tg_event) && \
+	 TRIGGER_FIRED_FOR_##level((trigdata)->tg_event) && \
+	 TRIGGER_FIRED_BY_##event((trigdata)->tg_event))
+
+/* Column "name" of the records, of type "type": by name, never by position. */
+static Datum
+record_column(TriggerData *trigdata, HeapTuple tuple, const char *name, Oid type,
+			  bool *isnull)
+{
+	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	int			attnum = SPI_fnumber(tupdesc, name);
+
+	if (attnum <= 0 || TupleDescAttr(tupdesc, attnum - 1)->atttypid != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"idempotency_records\" has no column \"%s\" of type %s",
+						name, format_type_be(type)),
+				 errdetail("The triggers that keep fencing tokens from repeating read it by name."),
+				 errhint("Give the column back its name and type.")));
+	return heap_getattr(tuple, attnum, tupdesc, isnull);
 }
 
 static bool
@@ -127,29 +195,36 @@ idem_records_removed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	const IdemObjects *objects;
-	TupleDesc	tupdesc;
 	HeapTuple	old;
 	Datum		token;
 	bool		isnull;
 	int64		epoch;
 
-	check_trigger(fcinfo, "idem_records_removed", true, &objects);
-	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	objects = check_trigger(fcinfo, "idem_records_removed", "BEFORE DELETE FOR EACH ROW",
+							CALLED_AS_TRIGGER(fcinfo) &&
+							FIRED_AS(trigdata, BEFORE, ROW, DELETE));
 	old = trigdata->tg_trigtuple;
 
-	/* columns by name: ALTER TABLE ADD COLUMN must not move them */
-	token = heap_getattr(old, SPI_fnumber(tupdesc, "token"), tupdesc, &isnull);
+	token = record_column(trigdata, old, "token", INT8OID, &isnull);
 	if (isnull)
-		PG_RETURN_POINTER(NULL);	/* NOT NULL: only a hand-made table */
+		return PointerGetDatum(old);	/* NOT NULL: only a hand-made table */
 	epoch = DatumGetInt64(token) >> 32;
 
-	if (reuse_lxid == MyProc->lxid && reuse_key != NULL)
+	if (reuse.scope != NULL && reuse.lxid == MyProc->lxid &&
+		reuse.token == DatumGetInt64(token))
 	{
-		Datum		scope = heap_getattr(old, SPI_fnumber(tupdesc, "scope"), tupdesc, &isnull);
-		Datum		key = heap_getattr(old, SPI_fnumber(tupdesc, "key"), tupdesc, &isnull);
+		bool		scope_null;
+		bool		key_null;
+		Datum		scope = record_column(trigdata, old, "scope", TEXTOID, &scope_null);
+		Datum		key = record_column(trigdata, old, "key", TEXTOID, &key_null);
 
-		if (same_text(scope, reuse_scope) && same_text(key, reuse_key))
-			PG_RETURN_POINTER(NULL);	/* idem_claim puts it back, token + 1 */
+		if (!scope_null && !key_null &&
+			same_text(scope, reuse.scope) && same_text(key, reuse.key))
+		{
+			/* idem_claim puts it back, token + 1; once */
+			reuse.scope = reuse.key = NULL;
+			return PointerGetDatum(old);
+		}
 	}
 
 	if (known_lxid != MyProc->lxid || known_cid != GetCurrentCommandId(false) ||
@@ -162,15 +237,56 @@ idem_records_removed(PG_FUNCTION_ARGS)
 	if (epoch >= known_epoch)
 		known_epoch = nextval_internal(objects->token_epoch, false);
 
-	PG_RETURN_POINTER(NULL);
+	return PointerGetDatum(old);
 }
 
 Datum
 idem_records_truncated(PG_FUNCTION_ARGS)
 {
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	const IdemObjects *objects;
 
-	check_trigger(fcinfo, "idem_records_truncated", false, &objects);
+	objects = check_trigger(fcinfo, "idem_records_truncated", "AFTER TRUNCATE",
+							CALLED_AS_TRIGGER(fcinfo) &&
+							FIRED_AS(trigdata, AFTER, STATEMENT, TRUNCATE));
 	(void) nextval_internal(objects->token_epoch, false);
-	PG_RETURN_POINTER(NULL);
+	return PointerGetDatum(NULL);
+}
+
+Datum
+idem_records_rekeyed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	HeapTuple	old;
+	HeapTuple	new;
+	Datum		old_scope;
+	Datum		old_key;
+	Datum		new_scope;
+	Datum		new_key;
+	bool		nulls[4];
+
+	(void) check_trigger(fcinfo, "idem_records_rekeyed", "BEFORE UPDATE FOR EACH ROW",
+						 CALLED_AS_TRIGGER(fcinfo) &&
+						 FIRED_AS(trigdata, BEFORE, ROW, UPDATE));
+	old = trigdata->tg_trigtuple;
+	new = trigdata->tg_newtuple;
+	old_scope = record_column(trigdata, old, "scope", TEXTOID, &nulls[0]);
+	old_key = record_column(trigdata, old, "key", TEXTOID, &nulls[1]);
+	new_scope = record_column(trigdata, new, "scope", TEXTOID, &nulls[2]);
+	new_key = record_column(trigdata, new, "key", TEXTOID, &nulls[3]);
+
+	/* NULL: the columns' NOT NULL constraints refuse it after this */
+	if (nulls[0] || nulls[1] || nulls[2] || nulls[3] ||
+		(same_text(new_scope, DatumGetTextPP(old_scope)) &&
+		 same_text(new_key, DatumGetTextPP(old_key))))
+		return PointerGetDatum(new);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("cannot change the scope or key of an idempotency record"),
+			 errdetail("Key \"%s\" in scope \"%s\" would become key \"%s\" in scope \"%s\".",
+					   TextDatumGetCString(old_key), TextDatumGetCString(old_scope),
+					   TextDatumGetCString(new_key), TextDatumGetCString(new_scope)),
+			 errhint("Fencing tokens of a key must never repeat: delete the record and claim the new key instead.")));
+	pg_unreachable();
 }

@@ -17,14 +17,23 @@
  * until the matching library is installed.
  *
  * The check runs where the extension's objects are looked up
- * (extension_objects.c), so once per backend unless they are reloaded, and
- * not in the extension's own scripts (CREATE and ALTER EXTENSION run them
- * while pg_extension is being changed).  Background workers skip the
+ * (extension_objects.c): when they are loaded, and again at the first call
+ * after any function of the database was created, replaced or altered.
+ * ALTER EXTENSION UPDATE sends no invalidation of its own (pg_extension has
+ * no syscache in PostgreSQL 15), but every update script changes functions,
+ * so a session that was open during the update says at its next call what a
+ * new session would.  An update that changed no function would go unseen
+ * until the objects are reloaded; reading pg_extension at every call, or
+ * every transaction, would cost an index scan on the hot path.  Not in the
+ * extension's own scripts (CREATE and ALTER EXTENSION run them while
+ * pg_extension is being changed): the next call outside them checks.  Background workers skip the
  * warning: each purge run is a new process and would repeat it every
  * interval; the sessions of the database report it.
  *
  * The Makefile passes IDEM_LIBRARY_VERSION (EXTVERSION) and IDEM_BUILD_ID
- * (git describe --always --dirty of the checkout built, when there is one).
+ * (git describe --always --dirty of the checkout built, when the source
+ * directory is the top of a git work tree; else the id of the last build
+ * that had one, else a fallback that says so).
  *
  *-------------------------------------------------------------------------
  */
@@ -50,7 +59,7 @@
 #error "IDEM_LIBRARY_VERSION must be defined by the Makefile"
 #endif
 #ifndef IDEM_BUILD_ID
-#define IDEM_BUILD_ID "unknown (not built from a git checkout)"
+#define IDEM_BUILD_ID "unknown (git describe unavailable)"
 #endif
 
 /* The versions of the SQL objects this library serves, oldest first. */
@@ -96,19 +105,20 @@ installed_version(Oid fn_oid)
 /*
  * Refuse SQL objects of a version this library does not know; warn once per
  * backend about an older one it still serves.  fn_oid: the SQL function
- * being called.
+ * being called.  Returns false when it did not look (in an extension's
+ * script), so that the caller asks again later.
  */
-void
+bool
 idem_version_check(Oid fn_oid)
 {
 	static bool warned = false;
 	char	   *version;
 
 	if (creating_extension)
-		return;
+		return false;
 	version = installed_version(fn_oid);
 	if (version == NULL || strcmp(version, IDEM_LIBRARY_VERSION) == 0)
-		return;
+		return true;
 
 	for (size_t i = 0; i < lengthof(supported_sql_versions); i++)
 	{
@@ -123,7 +133,7 @@ idem_version_check(Oid fn_oid)
 							   version),
 					 errhint("Run ALTER EXTENSION idempotency UPDATE in this database.")));
 		warned = true;
-		return;
+		return true;
 	}
 
 	ereport(ERROR,

@@ -5,12 +5,16 @@
 -- key never repeat.  A removal that is rolled back changes nothing for the
 -- owner; removing nothing, or only records of an earlier epoch, and the
 -- reuse of a released record inside idem_claim do not spend an epoch.
+-- A reuse that fails leaves no exemption behind; an UPDATE cannot move a
+-- record to another key; a role needs nothing on the sequence to delete;
+-- the epoch moves with the first deleted row, once per statement; a replica
+-- session fences too; a renamed column is reported.
 --
 -- Everything, roles included, is rolled back; the epoch (a sequence, not
 -- transactional) is put back at the end.  Keys are prefixed "fd.", roles are
 -- regress_idem_fd_*.
 BEGIN;
-SELECT plan(24);
+SELECT plan(40);
 
 CREATE TEMP TABLE saved_epoch AS
 SELECT last_value, is_called FROM idem_token_epoch;
@@ -134,7 +138,7 @@ SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1,
 
 -- 6. no new privilege: the trigger functions cannot be called or attached by others --------------
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_proc p
-                  WHERE p.proname IN ('idem_records_removed', 'idem_records_truncated')
+                  WHERE p.proname IN ('idem_records_removed', 'idem_records_truncated', 'idem_records_rekeyed')
                     AND has_function_privilege('public', p.oid, 'EXECUTE')$$,
                 'PUBLIC cannot execute the removal triggers'' functions');
 SELECT is(has_sequence_privilege('regress_idem_fd_client', 'idem_token_epoch', 'USAGE'), false,
@@ -143,6 +147,132 @@ CREATE TEMP TABLE other (LIKE idempotency_records);
 CREATE TRIGGER t AFTER TRUNCATE ON other EXECUTE FUNCTION idem_records_truncated();
 SELECT throws_ok($$TRUNCATE other$$, '39P01', NULL,
                  'the truncate trigger refuses to run on a table other than the records');
+
+-- 7. a reuse that fails inside idem_claim leaves no exemption behind --------------------------
+-- A user's trigger refuses the re-inserted row while regress_idem_fd.refuse
+-- is on; the claim's error is caught (throws_ok runs it in a subtransaction)
+-- and the transaction goes on.  A later DELETE of the key is a removal like
+-- any other: the epoch moves, and the next claim's token is a new one.
+CREATE FUNCTION regress_idem_fd_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('regress_idem_fd.refuse', true) = TG_WHEN THEN
+        RAISE EXCEPTION 'refused by a user trigger';
+    END IF;
+    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END $$;
+-- one fires after the reuse's DELETE (BEFORE INSERT), one before it (its
+-- name sorts before idem_records_removed)
+CREATE TRIGGER regress_idem_fd_refuse_insert BEFORE INSERT ON idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION regress_idem_fd_refuse();
+CREATE TRIGGER a_regress_idem_fd_refuse_delete BEFORE DELETE ON idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION regress_idem_fd_refuse();
+INSERT INTO tok SELECT 'lk-1', token FROM idem_claim('fd.lk', '\x01'::bytea, '1 hour');
+SELECT idem_release('fd.lk', (SELECT token FROM tok WHERE label = 'lk-1'));
+SET LOCAL regress_idem_fd.refuse = 'BEFORE';
+SELECT throws_ok($$SELECT idem_claim('fd.lk', '\x01'::bytea, '1 hour')$$, 'P0001',
+                 'refused by a user trigger', 'the reuse fails in a user''s BEFORE INSERT trigger');
+-- and as PL/pgSQL would catch it
+DO $$
+BEGIN
+    PERFORM idem_claim('fd.lk', '\x01'::bytea, '1 hour');
+EXCEPTION WHEN raise_exception THEN
+END $$;
+SET LOCAL regress_idem_fd.refuse = '';
+UPDATE e SET before = pg_temp.epoch();
+DELETE FROM idempotency_records WHERE key = 'fd.lk';
+SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1,
+          'after a failed reuse, a DELETE of the key in the same transaction advances the epoch');
+INSERT INTO tok SELECT 'lk-2', token FROM idem_claim('fd.lk', '\x01'::bytea, '1 hour');
+SELECT cmp_ok((SELECT token FROM tok WHERE label = 'lk-2'), '>',
+              (SELECT token FROM tok WHERE label = 'lk-1'),
+              'and the next claim of the key gets a token above the first owner''s');
+-- the same, the reuse failing before its DELETE is done
+SELECT idem_release('fd.lk', (SELECT token FROM tok WHERE label = 'lk-2'));
+DROP TRIGGER regress_idem_fd_refuse_insert ON idempotency_records;
+DO $$
+BEGIN
+    PERFORM set_config('regress_idem_fd.refuse', 'BEFORE', true);
+    PERFORM idem_claim('fd.lk', '\x01'::bytea, '1 hour');
+EXCEPTION WHEN raise_exception THEN
+    PERFORM set_config('regress_idem_fd.refuse', '', true);
+END $$;
+UPDATE e SET before = pg_temp.epoch();
+DELETE FROM idempotency_records WHERE key = 'fd.lk';
+SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1,
+          'a reuse refused by a BEFORE DELETE trigger leaves no exemption either');
+DROP TRIGGER a_regress_idem_fd_refuse_delete ON idempotency_records;
+
+-- 8. an UPDATE may not move a record to another key (client kind: table-wide UPDATE) ----------
+SET ROLE regress_idem_fd_client;
+INSERT INTO tok SELECT 'rk', token FROM idem_claim('fd.rk', '\x02'::bytea, '1 hour');
+SELECT throws_ok($$UPDATE idempotency_records SET key = 'fd.rk-moved' WHERE key = 'fd.rk'$$,
+                 '0A000', 'cannot change the scope or key of an idempotency record',
+                 'an UPDATE of a record''s key is refused');
+SELECT throws_ok($$UPDATE idempotency_records SET scope = 'fd.elsewhere' WHERE key = 'fd.rk'$$,
+                 '0A000', 'cannot change the scope or key of an idempotency record',
+                 'an UPDATE of a record''s scope is refused');
+SELECT lives_ok($$UPDATE idempotency_records SET scope = scope, key = key WHERE key = 'fd.rk'$$,
+                'an UPDATE that leaves scope and key as they are is allowed');
+SELECT results_eq($$SELECT c.outcome, l.token FROM idem_claim('fd.rk', '\x02'::bytea, '1 hour') c,
+                           idem_lookup('fd.rk') l$$,
+                  format($$VALUES ('in_progress', %s::bigint)$$, (SELECT token FROM tok WHERE label = 'rk')),
+                  'the record stays where it was: the next claim finds its owner');
+RESET ROLE;
+
+-- 9. deleting needs DELETE on the records and nothing on the sequence ---------------------------
+CREATE ROLE regress_idem_fd_deleter;
+GRANT USAGE ON SCHEMA public TO regress_idem_fd_deleter;
+GRANT SELECT, DELETE ON idempotency_records TO regress_idem_fd_deleter;
+REVOKE SELECT ON SEQUENCE idem_token_epoch FROM PUBLIC;
+INSERT INTO tok SELECT 'p', token FROM idem_claim('fd.p', '\x03'::bytea, '1 hour');
+UPDATE e SET before = pg_temp.epoch();
+SET ROLE regress_idem_fd_deleter;
+SELECT throws_ok($$SELECT last_value FROM idem_token_epoch$$, '42501', NULL,
+                 'the deleter cannot read the sequence');
+SELECT lives_ok($$DELETE FROM idempotency_records WHERE key = 'fd.p'$$,
+                'a role with SELECT and DELETE on the records, and nothing on the sequence, may delete');
+RESET ROLE;
+SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1, 'and its DELETE advances the epoch');
+GRANT SELECT ON SEQUENCE idem_token_epoch TO PUBLIC;
+
+-- 10. BEFORE DELETE: the epoch moves with the first row, once per statement ---------------------
+INSERT INTO tok SELECT 'q' || i, token FROM generate_series(1, 3) i,
+    idem_claim('fd.q' || i, '\x04'::bytea, '1 hour');
+UPDATE e SET before = pg_temp.epoch();
+SELECT results_eq($$WITH d AS (DELETE FROM idempotency_records WHERE key LIKE 'fd.q%'
+                                RETURNING pg_temp.epoch() AS seen)
+                    SELECT DISTINCT seen FROM d$$,
+                  format($$VALUES (%s::bigint)$$, (SELECT before FROM e) + 1),
+                  'the epoch has moved when the row is deleted, and only once for three rows');
+
+-- 11. session_replication_role = replica (an apply worker, a restore) fences too ----------------
+SET LOCAL session_replication_role = replica;
+INSERT INTO tok SELECT 'r', token FROM idem_claim('fd.r', '\x05'::bytea, '1 hour');
+UPDATE e SET before = pg_temp.epoch();
+DELETE FROM idempotency_records WHERE key = 'fd.r';
+SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1, 'a DELETE as a replica advances the epoch');
+INSERT INTO tok SELECT 'r', token FROM idem_claim('fd.r', '\x05'::bytea, '1 hour')
+    ON CONFLICT (label) DO UPDATE SET token = excluded.token;
+SELECT throws_ok($$UPDATE idempotency_records SET key = 'fd.r-moved' WHERE key = 'fd.r'$$,
+                 '0A000', NULL, 'an UPDATE of the key as a replica is refused');
+-- (the sequence is not transactional: the advance outlives the rollback)
+UPDATE e SET before = pg_temp.epoch();
+SAVEPOINT before_replica_truncate;
+TRUNCATE idempotency_records;
+ROLLBACK TO before_replica_truncate;
+SELECT is(pg_temp.epoch(), (SELECT before FROM e) + 1, 'a TRUNCATE as a replica advances the epoch');
+SET LOCAL session_replication_role = origin;
+
+-- 12. a renamed column is reported, not misread ------------------------------------------------
+INSERT INTO tok SELECT 's', token FROM idem_claim('fd.s', '\x06'::bytea, '1 hour');
+-- (throws_ok's subtransaction rolls the rename back)
+SELECT throws_ok($t$DO $do$
+                   BEGIN
+                       ALTER TABLE idempotency_records RENAME COLUMN token TO token_renamed;
+                       DELETE FROM idempotency_records WHERE key = 'fd.s';
+                   END $do$$t$, '55000',
+                 'table "idempotency_records" has no column "token" of type bigint',
+                 'a DELETE after a column of the records was renamed says which column is missing');
 
 SELECT setval('idem_token_epoch', last_value, is_called) FROM saved_epoch;
 SELECT * FROM finish();

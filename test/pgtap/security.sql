@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 44::bigint, 'the extension has 44 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 45::bigint, 'the extension has 45 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -157,7 +157,8 @@ INSERT INTO calls VALUES
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
     ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
     ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
-    ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$);
+    ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$),
+    ('idem_records_rekeyed()', 'idem_records_rekeyed', $$SELECT idem_records_rekeyed()$$);
 GRANT SELECT ON calls TO PUBLIC;
 SELECT set_eq($$SELECT signature FROM calls$$,
               $$SELECT signature FROM ext_functions f
@@ -622,7 +623,8 @@ SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET result = '{"forged"
           'an UPDATE of B''s rows changes nothing');
 SELECT is(pg_temp.row_count($$DELETE FROM idempotency_records WHERE scope = 'tB'$$), 0::bigint,
           'a DELETE of B''s rows deletes nothing');
-SELECT throws_ok($$UPDATE idempotency_records SET scope = 'tB' WHERE key = 'sec.t1'$$, '42501', NULL,
+-- no record changes scope or key (idem_records_rekeyed, BEFORE the policies' check)
+SELECT throws_ok($$UPDATE idempotency_records SET scope = 'tB' WHERE key = 'sec.t1'$$, '0A000', NULL,
                  'A cannot move its own record into B''s scope');
 -- without a scope
 SET LOCAL idempotency.scope = '';

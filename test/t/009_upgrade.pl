@@ -102,13 +102,15 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
        AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
-                             'idem_inserted_unchecked', 'idem_enforce_initial_state')
+                              'idem_records_rekeyed', 'idem_enforce_initial_state',
+                              'idem_inserted_unchecked')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
     SELECT 'trigger ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text
       FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
      WHERE NOT t.tgisinternal AND c.relname NOT LIKE 'idem%'
+       -- 0.2.0 adds an AFTER INSERT trigger to each attachment (checked below)
        AND t.tgname NOT LIKE 'zz\_idem\_machine\_%\_inserted'
     UNION ALL
     SELECT 'policy ' || polrelid::regclass || ' ' || polname FROM pg_policy
