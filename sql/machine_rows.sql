@@ -342,6 +342,10 @@ SELECT tableoid::regclass AS part, * FROM o2 ORDER BY id;
 CREATE TABLE mr.audit (id int, what text);
 CREATE FUNCTION mr.audit_row() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO mr.audit VALUES (OLD.id, TG_NAME || ' ' || TG_TABLE_NAME);
+        RETURN OLD;
+    END IF;
     INSERT INTO mr.audit VALUES (NEW.id, TG_NAME || ' ' || TG_TABLE_NAME);
     PERFORM count(*) FROM mr.audit;
     RETURN NEW;
