@@ -13,18 +13,24 @@
  *	 - idem_enforce_transition, BEFORE INSERT OR UPDATE: every UPDATE is
  *	   checked as the move from the old row's state to the new row's; so is
  *	   the INSERT half of an UPDATE that moves a row to another partition,
- *	   recognised by a note the source partition's trigger leaves ("Rows in
+ *	   recognised by a note the source partition's trigger leaves and the
+ *	   destination's verifies against the old version in the heap ("Rows in
  *	   flight" below).  Another INSERT is only a proposal at this point (INSERT
  *	   ... ON CONFLICT fires it before the conflict check), so a row that is
- *	   not in an initial state passes when the second trigger exists.
+ *	   not in an initial state passes when the second trigger exists and fires
+ *	   whenever this one does.
  *	 - idem_enforce_initial_state, AFTER INSERT, WHEN idem_inserted_unchecked:
- *	   fires for the rows really inserted, and only for those that did not
- *	   arrive by row movement and are not in an initial state: it refuses them.
+ *	   the WHEN clause runs as each row is stored.  For a row that arrived by
+ *	   row movement it checks the move again if the row is stored in another
+ *	   state than the one checked; the trigger fires for the other rows that
+ *	   are not in an initial state, and refuses them.
  * An attachment made by 0.1.0 without the second trigger works as before:
  * the BEFORE trigger refuses every INSERT that is not in an initial state.
- * The notes are per backend and live for one top-level statement at most;
- * no lock is taken besides an AccessShareLock on the source partition (held
- * already by the UPDATE) to read the moved row's old version.
+ * The notes are per backend and live for one command: the one whose rows
+ * are being written, by the active snapshot's command ID; a note vouches only
+ * for a clone of the trigger that left it.  No lock is taken besides an
+ * AccessShareLock on the source partition (held already by the UPDATE) to
+ * read the moved row's old version.
  *
  * Invalidation: a statement trigger on both tables (idem_machines_changed)
  * sends a relcache invalidation for idem_machines, which every backend
