@@ -278,12 +278,18 @@ $function$;
 
 /*
  * Attachments made by 0.1.0 get their AFTER INSERT trigger (clones on
- * partitions come with the parent's).  An attachment on an inheritance parent
- * keeps governing the parent's own rows; idem_transition now refuses it.
+ * partitions come with the parent's), if their trigger fires on INSERT; a
+ * trigger made by hand for UPDATE only gets none.  Each AFTER trigger then
+ * fires when its BEFORE trigger does: disabled, ENABLE REPLICA or ENABLE
+ * ALWAYS like it, partition by partition (parents first, since altering a
+ * partitioned table's trigger alters its clones too).  An attachment on an
+ * inheritance parent keeps governing the parent's own rows; idem_transition
+ * now refuses it.
  */
 DO $migrate$
 DECLARE
     a record;
+    current_state "char";
 BEGIN
     FOR a IN
         SELECT t.tgrelid::pg_catalog.regclass AS table_name,
@@ -293,6 +299,8 @@ BEGIN
         WHERE t.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure
           AND t.tgparentid OPERATOR(pg_catalog.=) 0
           AND t.tgnargs OPERATOR(pg_catalog.=) 2
+          -- TRIGGER_TYPE_INSERT
+          AND (t.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 4) OPERATOR(pg_catalog.<>) 0
           AND t.tgrelid OPERATOR(pg_catalog.<>) '@extschema@.idempotency_records'::pg_catalog.regclass
         ORDER BY t.oid
     LOOP
@@ -308,6 +316,30 @@ BEGIN
             RAISE WARNING 'state machine "%" on column "%" of table % does not govern the rows of its inheritance children',
                     a.machine, a.state_column, a.table_name
                 USING HINT = 'Detach it, and attach the machine to each child table.';
+        END IF;
+    END LOOP;
+
+    FOR a IN
+        SELECT b.tgrelid::pg_catalog.regclass AS table_name, b.tgenabled,
+               n.oid AS after_oid, n.tgname AS after_name
+        FROM pg_catalog.pg_trigger b
+        JOIN pg_catalog.pg_trigger n
+          ON n.tgrelid OPERATOR(pg_catalog.=) b.tgrelid
+         AND n.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_initial_state()'::pg_catalog.regprocedure
+         AND n.tgargs OPERATOR(pg_catalog.=) b.tgargs
+        WHERE b.tgfoid OPERATOR(pg_catalog.=) '@extschema@.idem_enforce_transition()'::pg_catalog.regprocedure
+          AND b.tgnargs OPERATOR(pg_catalog.=) 2
+          AND (b.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 4) OPERATOR(pg_catalog.<>) 0
+        ORDER BY (SELECT pg_catalog.count(*) FROM pg_catalog.pg_partition_ancestors(b.tgrelid)), b.oid
+    LOOP
+        -- read again: altering a parent's trigger has changed its clones
+        SELECT t.tgenabled INTO current_state FROM pg_catalog.pg_trigger t
+        WHERE t.oid OPERATOR(pg_catalog.=) a.after_oid;
+        IF current_state OPERATOR(pg_catalog.<>) a.tgenabled THEN
+            EXECUTE pg_catalog.format('ALTER TABLE %s %s TRIGGER %I', a.table_name,
+                CASE a.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA'
+                                 WHEN 'A' THEN 'ENABLE ALWAYS' ELSE 'ENABLE' END,
+                a.after_name);
         END IF;
     END LOOP;
 END

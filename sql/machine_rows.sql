@@ -268,6 +268,147 @@ DROP TABLE ih2_child;
 SELECT idem_transition('ih2', '1', 'REFUNDED');
 
 --
+-- A note vouches for the row movement that left it, and nothing else: not for
+-- a later statement of the same top-level statement (a multi-statement
+-- query, a DO block), not for another table, whatever left the note unused
+-- (the destination's trigger skipped or never run), and not for a state the
+-- destination's later triggers put in after the check.
+--
+CREATE TABLE o2 (id int, region int, status text, PRIMARY KEY (id, region))
+    PARTITION BY LIST (region);
+CREATE TABLE o2_1 PARTITION OF o2 FOR VALUES IN (1);
+CREATE TABLE o2_2 PARTITION OF o2 FOR VALUES IN (2);
+CREATE TABLE o2_3 PARTITION OF o2 FOR VALUES IN (3);
+SELECT idem_attach_machine('o2', 'status', 'mr_pay');
+INSERT INTO o2 VALUES (-1, 1, 'NEW'), (-2, 1, 'NEW'), (10, 1, 'NEW'), (11, 1, 'NEW');
+
+-- a role that may only insert, with a trigger of its own on a temp table
+CREATE ROLE regress_mr_alice;
+GRANT USAGE ON SCHEMA mr TO regress_mr_alice;
+GRANT INSERT, SELECT ON o2 TO regress_mr_alice;
+SET ROLE regress_mr_alice;
+CREATE TEMP TABLE mine (k int, status text) PARTITION BY LIST (k);
+CREATE TEMP TABLE mine_1 PARTITION OF mine FOR VALUES IN (1);
+CREATE TEMP TABLE mine_2 PARTITION OF mine FOR VALUES IN (2);
+INSERT INTO mine VALUES (1, 'PAID');
+CREATE TRIGGER t BEFORE UPDATE ON mine_1 FOR EACH ROW
+    EXECUTE FUNCTION idem_enforce_transition('mr_pay', 'status');
+-- one simple query of two statements
+SELECT pg_temp.expect_error($$UPDATE mine SET k = 2 WHERE k = 1; INSERT INTO mr.o2 VALUES (42, 1, 'REFUNDED')$$);
+UPDATE mine SET k = 1;
+SELECT pg_temp.expect_error($q$
+DO $do$
+BEGIN
+    UPDATE mine SET k = 2 WHERE k = 1;
+    INSERT INTO mr.o2 VALUES (43, 2, 'REFUNDED');
+END
+$do$$q$);
+-- the same command: another table's note is no move of this one
+SELECT pg_temp.expect_error($q$
+WITH m AS (UPDATE mine SET k = 2 WHERE k = 1 RETURNING 1)
+INSERT INTO mr.o2 SELECT 44, 2, 'REFUNDED' FROM m$q$);
+DROP TABLE mine;
+RESET ROLE;
+SELECT count(*) AS inserted FROM o2 WHERE id >= 42;
+
+-- a BEFORE INSERT trigger of the destination that skips the moved row
+CREATE FUNCTION mr.skip_negative() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    IF NEW.id < 0 THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$f$;
+CREATE TRIGGER a_skip BEFORE INSERT ON o2_2 FOR EACH ROW EXECUTE FUNCTION mr.skip_negative();
+SELECT pg_temp.expect_error($$UPDATE o2 SET region = 2 WHERE id = -1; INSERT INTO o2 VALUES (7, 1, 'PAID')$$);
+SELECT pg_temp.expect_error($q$
+DO $do$
+BEGIN
+    UPDATE mr.o2 SET region = 2 WHERE id = -1;
+    INSERT INTO mr.o2 VALUES (7, 3, 'PAID');
+END
+$do$$q$);
+DROP TRIGGER a_skip ON o2_2;
+-- the destination's trigger disabled
+ALTER TABLE o2_2 DISABLE TRIGGER zz_idem_machine_status;
+SELECT pg_temp.expect_error($$UPDATE o2 SET region = 2 WHERE id = -1; INSERT INTO o2 VALUES (7, 3, 'PAID')$$);
+ALTER TABLE o2_2 ENABLE TRIGGER zz_idem_machine_status;
+SELECT tableoid::regclass AS part, * FROM o2 ORDER BY id;
+
+-- Legal moves pass whatever SQL the other triggers of either partition run
+-- (each of their statements advances the command counter), and from a DO
+-- block or a function.
+CREATE TABLE mr.audit (id int, what text);
+CREATE FUNCTION mr.audit_row() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO mr.audit VALUES (OLD.id, TG_NAME || ' ' || TG_TABLE_NAME);
+        RETURN OLD;
+    END IF;
+    INSERT INTO mr.audit VALUES (NEW.id, TG_NAME || ' ' || TG_TABLE_NAME);
+    PERFORM count(*) FROM mr.audit;
+    RETURN NEW;
+END
+$f$;
+CREATE TRIGGER a_audit BEFORE INSERT ON o2_2 FOR EACH ROW EXECUTE FUNCTION mr.audit_row();
+CREATE TRIGGER a_audit BEFORE UPDATE ON o2_1 FOR EACH ROW EXECUTE FUNCTION mr.audit_row();
+CREATE TRIGGER zzz_audit BEFORE UPDATE ON o2_1 FOR EACH ROW EXECUTE FUNCTION mr.audit_row();
+CREATE TRIGGER b_audit BEFORE DELETE ON o2_1 FOR EACH ROW EXECUTE FUNCTION mr.audit_row();
+UPDATE o2 SET region = 2, status = 'PAID' WHERE id = -2;
+DO $do$
+BEGIN
+    UPDATE mr.o2 SET region = 1 WHERE id = -2;
+    UPDATE mr.o2 SET region = 2, status = 'REFUNDED' WHERE id = -2;
+END
+$do$;
+CREATE FUNCTION mr.move_to(k int, r int, s text) RETURNS void LANGUAGE sql AS $f$
+    UPDATE mr.o2 SET region = r, status = s WHERE id = k;
+$f$;
+SELECT mr.move_to(11, 2, 'VOID');
+SELECT pg_temp.expect_error($$SELECT mr.move_to(11, 1, 'NEW')$$);
+SELECT count(*) AS audited FROM mr.audit;
+DROP TRIGGER a_audit ON o2_2;
+DROP TRIGGER a_audit ON o2_1;
+DROP TRIGGER zzz_audit ON o2_1;
+DROP TRIGGER b_audit ON o2_1;
+
+-- a BEFORE INSERT trigger of the destination sorting after the check
+CREATE FUNCTION mr.late_state() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    NEW.status := TG_ARGV[0];
+    RETURN NEW;
+END
+$f$;
+CREATE TRIGGER zzz_late BEFORE INSERT ON o2_2 FOR EACH ROW EXECUTE FUNCTION mr.late_state('REFUNDED');
+SELECT pg_temp.expect_error($$UPDATE o2 SET region = 2 WHERE id = 10$$);
+DROP TRIGGER zzz_late ON o2_2;
+CREATE TRIGGER zzz_late BEFORE INSERT ON o2_2 FOR EACH ROW EXECUTE FUNCTION mr.late_state('PAID');
+UPDATE o2 SET region = 2 WHERE id = 10;
+DROP TRIGGER zzz_late ON o2_2;
+SELECT tableoid::regclass AS part, * FROM o2 ORDER BY id;
+SELECT idem_detach_machine('o2', 'status');
+REVOKE ALL ON o2 FROM regress_mr_alice;
+REVOKE ALL ON SCHEMA mr FROM regress_mr_alice;
+DROP ROLE regress_mr_alice;
+
+--
+-- idem_transition refuses a parent with inheritance children whatever its
+-- kind (here a foreign table), not only an ordinary table.
+--
+CREATE FOREIGN DATA WRAPPER mr_dummy;
+CREATE SERVER mr_nowhere FOREIGN DATA WRAPPER mr_dummy;
+CREATE FOREIGN TABLE ft (id int, status text) SERVER mr_nowhere;
+SELECT idem_attach_machine('ft', 'status', 'mr_pay', validate => false);
+CREATE TABLE ft_child (id int PRIMARY KEY, status text) INHERITS (ft);
+SELECT pg_temp.expect_error($$SELECT idem_transition('ft', '1', 'PAID')$$);
+SELECT idem_detach_machine('ft', 'status');
+DROP TABLE ft_child;
+DROP FOREIGN TABLE ft;
+DROP SERVER mr_nowhere;
+DROP FOREIGN DATA WRAPPER mr_dummy;
+
+--
 -- Clean up.
 --
 SELECT idem_detach_machine('mv', 'status');

@@ -31,6 +31,29 @@ SELECT idem_attach_machine('plain', 'status', 'pay', log => true);
 SELECT idem_attach_machine('parent', 'status', 'pay');
 CREATE TABLE child () INHERITS (parent);
 INSERT INTO pt VALUES (1, 'eu', 'NEW'), (2, 'eu', 'NEW');
+-- attachments whose trigger the DBA disabled or set to fire ALWAYS or on
+-- REPLICA (on a whole partitioned table, or on one partition only), and a
+-- hand-made trigger that fires on UPDATE only
+CREATE TABLE dis (id int PRIMARY KEY, status text);
+CREATE TABLE alw (id int PRIMARY KEY, status text);
+CREATE TABLE rep (id int PRIMARY KEY, status text);
+CREATE TABLE upd_only (id int PRIMARY KEY, status text);
+CREATE TABLE pd (id int, region text, status text, PRIMARY KEY (id, region))
+    PARTITION BY LIST (region);
+CREATE TABLE pd_eu PARTITION OF pd FOR VALUES IN ('eu');
+CREATE TABLE pd_us PARTITION OF pd FOR VALUES IN ('us');
+SELECT idem_attach_machine('dis', 'status', 'pay');
+SELECT idem_attach_machine('alw', 'status', 'pay');
+SELECT idem_attach_machine('rep', 'status', 'pay');
+SELECT idem_attach_machine('pd', 'status', 'pay');
+ALTER TABLE dis DISABLE TRIGGER zz_idem_machine_status;
+ALTER TABLE alw ENABLE ALWAYS TRIGGER zz_idem_machine_status;
+ALTER TABLE rep ENABLE REPLICA TRIGGER zz_idem_machine_status;
+ALTER TABLE pd_us DISABLE TRIGGER zz_idem_machine_status;
+CREATE TRIGGER by_hand BEFORE UPDATE ON upd_only FOR EACH ROW
+    EXECUTE FUNCTION idem_enforce_transition('pay', 'status');
+INSERT INTO alw VALUES (1, 'NEW');
+INSERT INTO upd_only VALUES (1, 'NEW');
 INSERT INTO plain VALUES (1, 'NEW');
 INSERT INTO parent VALUES (1, 'NEW');
 INSERT INTO child VALUES (2, 'PAID');
@@ -49,6 +72,26 @@ SELECT tgrelid::regclass AS table_name, tgname, pg_get_triggerdef(oid) AS defini
 FROM pg_trigger WHERE NOT tgisinternal
 ORDER BY tgrelid::regclass::text, tgname;
 SELECT * FROM idem_attached_machines ORDER BY table_name::text, state_column;
+SELECT tgrelid::regclass AS table_name, tgname, tgenabled
+FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN
+    ('dis'::regclass, 'alw'::regclass, 'rep'::regclass, 'upd_only'::regclass,
+     'pd'::regclass, 'pd_eu'::regclass, 'pd_us'::regclass)
+ORDER BY tgrelid::regclass::text, tgname;
+-- each AFTER trigger fires when its BEFORE trigger does: a disabled machine
+-- stays off, an ALWAYS one checks the upsert as the UPDATE it becomes, and
+-- an UPDATE-only trigger gets no INSERT check
+INSERT INTO dis VALUES (1, 'PAID');
+INSERT INTO pd VALUES (1, 'us', 'PAID');
+SELECT pg_temp.expect_error($$INSERT INTO pd VALUES (1, 'eu', 'PAID')$$);
+INSERT INTO alw VALUES (1, 'PAID') ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status;
+SELECT pg_temp.expect_error($$INSERT INTO alw VALUES (2, 'PAID')$$);
+INSERT INTO rep VALUES (1, 'PAID');
+SET session_replication_role = replica;
+SELECT pg_temp.expect_error($$INSERT INTO rep VALUES (2, 'PAID')$$);
+SELECT pg_temp.expect_error($$INSERT INTO alw VALUES (2, 'PAID')$$);
+RESET session_replication_role;
+INSERT INTO upd_only VALUES (2, 'PAID');
+SELECT pg_temp.expect_error($$UPDATE upd_only SET status = 'NEW' WHERE id = 2$$);
 
 -- the upsert is the UPDATE it becomes, or an INSERT
 INSERT INTO plain VALUES (1, 'PAID') ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status;

@@ -13,18 +13,24 @@
  *	 - idem_enforce_transition, BEFORE INSERT OR UPDATE: every UPDATE is
  *	   checked as the move from the old row's state to the new row's; so is
  *	   the INSERT half of an UPDATE that moves a row to another partition,
- *	   recognised by a note the source partition's trigger leaves ("Rows in
+ *	   recognised by a note the source partition's trigger leaves and the
+ *	   destination's verifies against the old version in the heap ("Rows in
  *	   flight" below).  Another INSERT is only a proposal at this point (INSERT
  *	   ... ON CONFLICT fires it before the conflict check), so a row that is
- *	   not in an initial state passes when the second trigger exists.
+ *	   not in an initial state passes when the second trigger exists and fires
+ *	   whenever this one does.
  *	 - idem_enforce_initial_state, AFTER INSERT, WHEN idem_inserted_unchecked:
- *	   fires for the rows really inserted, and only for those that did not
- *	   arrive by row movement and are not in an initial state: it refuses them.
+ *	   the WHEN clause runs as each row is stored.  For a row that arrived by
+ *	   row movement it checks the move again if the row is stored in another
+ *	   state than the one checked; the trigger fires for the other rows that
+ *	   are not in an initial state, and refuses them.
  * An attachment made by 0.1.0 without the second trigger works as before:
  * the BEFORE trigger refuses every INSERT that is not in an initial state.
- * The notes are per backend and live for one top-level statement at most;
- * no lock is taken besides an AccessShareLock on the source partition (held
- * already by the UPDATE) to read the moved row's old version.
+ * The notes are per backend and live for one command: the one whose rows
+ * are being written, by the active snapshot's command ID; a note vouches only
+ * for a clone of the trigger that left it.  No lock is taken besides an
+ * AccessShareLock on the source partition (held already by the UPDATE) to
+ * read the moved row's old version.
  *
  * Invalidation: a statement trigger on both tables (idem_machines_changed)
  * sends a relcache invalidation for idem_machines, which every backend
@@ -50,6 +56,7 @@
 #include "access/nbtree.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/indexing.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -421,6 +428,7 @@ typedef struct TriggerState
 	CoercionPathType to_text;	/* RELABELTYPE: the value is text already */
 	FmgrInfo	cast;			/* FUNC: the cast function; COERCEVIAIO: output */
 	bool		checked_after;	/* an AFTER INSERT check fires with this trigger */
+	Oid			attachment;		/* the trigger it is a clone of, or itself */
 	uint64		generation;
 	IdemMachine *machine;
 } TriggerState;
@@ -530,6 +538,38 @@ has_insert_check(Relation rel, Trigger *trigger, Oid enforce_fn)
 }
 
 /*
+ * The trigger at the top of the tgparentid chain of a cloned trigger: the
+ * trigger of the partitioned table the machine was attached to.  Its OID
+ * names the attachment (machine, column and partition tree) in row notes.
+ */
+static Oid
+root_trigger(Oid tgoid)
+{
+	Relation	tgrel = table_open(TriggerRelationId, AccessShareLock);
+
+	for (;;)
+	{
+		ScanKeyData skey;
+		SysScanDesc scan;
+		HeapTuple	tuple;
+		Oid			parent = InvalidOid;
+
+		ScanKeyInit(&skey, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(tgoid));
+		scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &skey);
+		tuple = systable_getnext(scan);
+		if (HeapTupleIsValid(tuple))
+			parent = ((Form_pg_trigger) GETSTRUCT(tuple))->tgparentid;
+		systable_endscan(scan);
+		if (!OidIsValid(parent))
+			break;
+		tgoid = parent;
+	}
+	table_close(tgrel, AccessShareLock);
+	return tgoid;
+}
+
+/*
  * The state of one trigger (both functions share the cache): validated
  * against the table, with its machine compiled.
  */
@@ -585,6 +625,7 @@ trigger_state(FunctionCallInfo fcinfo, TriggerData *trigdata, const char *fname)
 		state->typid = TupleDescAttr(desc, state->attnum - 1)->atttypid;
 		prepare_text_cast(state, state->typid, CacheMemoryContext);
 		state->checked_after = has_insert_check(rel, trigger, fcinfo->flinfo->fn_oid);
+		state->attachment = trigger->tgisclone ? root_trigger(trigger->tgoid) : trigger->tgoid;
 		state->valid = true;
 	}
 	if (state->machine == NULL || state->generation != idem_machine_generation())
@@ -623,10 +664,9 @@ idem_machine_refresh(void)
 
 
 static void
-report_invalid_move(TriggerState *state, Relation rel, const char *column,
+report_invalid_move(const IdemMachine *machine, const char *relname, const char *column,
 					const char *from, const char *to)
 {
-	IdemMachine *machine = state->machine;
 	int			f = from ? idem_machine_state_index(machine, from) : -1;
 	int			t = to ? idem_machine_state_index(machine, to) : -1;
 	char	   *moves;
@@ -635,25 +675,25 @@ report_invalid_move(TriggerState *state, Relation rel, const char *column,
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid initial state NULL in column \"%s\" of table \"%s\"",
-						column, RelationGetRelationName(rel)),
+						column, relname),
 				 errdetail("NULL is not a state of state machine \"%s\".", machine->name)));
 	if (to == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid transition from \"%s\" to NULL in column \"%s\" of table \"%s\"",
-						from, column, RelationGetRelationName(rel)),
+						from, column, relname),
 				 errdetail("NULL is not a state of state machine \"%s\".", machine->name)));
 	if (t < 0 && from == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid initial state \"%s\" in column \"%s\" of table \"%s\"",
-						to, column, RelationGetRelationName(rel)),
+						to, column, relname),
 				 errdetail("\"%s\" is not a state of state machine \"%s\".", to, machine->name)));
 	if (t < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid transition from \"%s\" to \"%s\" in column \"%s\" of table \"%s\"",
-						from, to, column, RelationGetRelationName(rel)),
+						from, to, column, relname),
 				 errdetail("\"%s\" is not a state of state machine \"%s\".", to, machine->name)));
 	if (from == NULL)
 	{
@@ -667,21 +707,21 @@ report_invalid_move(TriggerState *state, Relation rel, const char *column,
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid initial state \"%s\" in column \"%s\" of table \"%s\"",
-						to, column, RelationGetRelationName(rel)),
+						to, column, relname),
 				 errdetail("State machine \"%s\" starts in %s only.", machine->name, initial.data)));
 	}
 	if (f < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 				 errmsg("invalid transition from \"%s\" to \"%s\" in column \"%s\" of table \"%s\"",
-						from, to, column, RelationGetRelationName(rel)),
+						from, to, column, relname),
 				 errdetail("\"%s\" is not a state of state machine \"%s\".", from, machine->name)));
 
 	moves = idem_machine_moves_from(machine, f);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_INVALID_TRANSITION),
 			 errmsg("invalid transition from \"%s\" to \"%s\" in column \"%s\" of table \"%s\"",
-					from, to, column, RelationGetRelationName(rel)),
+					from, to, column, relname),
 			 moves[0] ?
 			 errdetail("State machine \"%s\" allows from \"%s\" only: %s.", machine->name, from, moves) :
 			 errdetail("\"%s\" is a terminal state of state machine \"%s\".", from, machine->name)));
@@ -708,31 +748,30 @@ initial_allowed(const IdemMachine *machine, const char *to)
  * entering the machine (an initial state); anything else must be a move.
  */
 static void
-check_move(TriggerState *state, Relation rel, const char *column,
+check_move(const IdemMachine *machine, const char *relname, const char *column,
 		   const char *from, const char *to)
 {
-	IdemMachine *machine = state->machine;
 	int			f;
 	int			t;
 
 	if (from == NULL && to == NULL)
 		return;
 	if (to == NULL)
-		report_invalid_move(state, rel, column, from, NULL);
+		report_invalid_move(machine, relname, column, from, NULL);
 	if (from != NULL && strcmp(from, to) == 0)
 		return;
 	t = idem_machine_state_index(machine, to);
 	if (t < 0)
-		report_invalid_move(state, rel, column, from, to);
+		report_invalid_move(machine, relname, column, from, to);
 	if (from == NULL)
 	{
 		if (!initial_allowed(machine, to))
-			report_invalid_move(state, rel, column, NULL, to);
+			report_invalid_move(machine, relname, column, NULL, to);
 		return;
 	}
 	f = idem_machine_state_index(machine, from);
 	if (f < 0 || !machine->moves[f * machine->nstates + t])
-		report_invalid_move(state, rel, column, from, to);
+		report_invalid_move(machine, relname, column, from, to);
 }
 
 /*
@@ -744,37 +783,74 @@ check_move(TriggerState *state, Relation rel, const char *column,
  * trigger of the new partition sees a new row.  Core tells that trigger
  * nothing about where the row comes from, so the BEFORE UPDATE trigger of a
  * partition leaves a note, "leaving": the old version's partition and TID,
- * and the columns it checked.  The BEFORE INSERT trigger takes its column
- * from the note only if it is of the same transaction, top-level statement
- * and trigger depth (the destination's triggers fire at the depth of the
- * source's; a statement run by some trigger in between fires deeper), and if
- * the old version is really gone to another partition: deleted by this
- * (sub)transaction, its t_ctid marked as moved.  Then it checks the move from
- * the old version's state to the state the row arrives in (the destination's
- * own BEFORE triggers may have changed it) instead of an initial state.  An
- * UPDATE that stays in its partition leaves an old version whose t_ctid
- * points at the new one, so its note never vouches for a later INSERT; a
- * note is taken once per column, and the next row's UPDATE replaces it.
+ * the command that is updating it, and per column the attachment (the
+ * partitioned table's trigger the partition's trigger is a clone of).  The
+ * BEFORE INSERT trigger of another partition takes its column from the note
+ * only if all of these hold:
+ *	 - same transaction and same command: the command ID of the active
+ *	   snapshot, which is the one the executor stamps on the rows it writes
+ *	   (es_output_cid).  Every later statement, be it in the same simple
+ *	   query, DO block or function, runs under a later command ID, so a note
+ *	   dies with the command that left it even when no INSERT took it (the
+ *	   destination's trigger skipped by an earlier trigger returning NULL, or
+ *	   disabled);
+ *	 - same trigger depth (a statement run by some trigger in between is
+ *	   another command anyway);
+ *	 - same attachment: the source's trigger and this one are clones of the
+ *	   same trigger, so the row left a partition of the same tree, governed
+ *	   by the same machine on the same column.  A trigger someone put on a
+ *	   table of their own vouches for nothing else;
+ *	 - the old version is really gone to another partition, by this command:
+ *	   deleted by this transaction with this command ID, its t_ctid marked as
+ *	   moved.
+ * Then it checks the move from the old version's state to the state the row
+ * arrives in (the destination's own BEFORE triggers that sort earlier may
+ * have changed it) instead of an initial state.  An UPDATE that stays in its
+ * partition leaves an old version whose t_ctid points at the new one, so its
+ * note never vouches for an INSERT; a note is taken once per column, and the
+ * next row's UPDATE replaces it.
+ *
+ * What remains: within one command, a data-modifying CTE that moves a row
+ * whose destination trigger does not run (skipped or disabled) and inserts
+ * another row into a third partition of the same tree; that INSERT is then
+ * checked as a move from the moved row's old state.  It takes a BEFORE
+ * INSERT trigger of the table's owner that drops rows, and UPDATE on the
+ * table (the moved row's states are the writer's to change anyway).
  *
  * The AFTER INSERT check (idem_enforce_initial_state, below) fires for the
  * moved row too; the BEFORE INSERT trigger leaves it the note "arrived", the
- * partition and columns it checked as a move, which the check's WHEN clause
- * (idem_inserted_unchecked) takes at the depth just above.
+ * partition, command and, per column, the move it checked.  The check's WHEN
+ * clause (idem_inserted_unchecked), evaluated as the row is stored, takes it
+ * at the depth just above, and checks the move again from the same old state
+ * if the row is stored in another state than the one checked: BEFORE INSERT
+ * triggers of the destination that sort after ours may change it.
  *
  * A note holds the columns of a few machines per table; a row governed by
- * more is refused at its destination rather than let in unchecked.
+ * more is refused at its destination rather than let in unchecked.  The
+ * strings of the arrived note live in a context of its own, reset whenever
+ * a note for another row starts.
  */
 #define MAX_NOTED_COLUMNS 8
+
+typedef struct NotedColumn
+{
+	NameData	column;
+	Oid			attachment;		/* "leaving": the root trigger */
+	AttrNumber	attnum;			/* "leaving": in the source partition */
+	char	   *from;			/* "arrived": the move checked (NULL: NULL) */
+	char	   *to;
+} NotedColumn;
 
 typedef struct RowNote
 {
 	LocalTransactionId lxid;
-	TimestampTz statement;		/* start of the top-level statement */
+	CommandId	cid;			/* of the command that wrote it */
 	int			depth;			/* pg_trigger_depth() of the trigger that wrote it */
 	Oid			relid;
 	ItemPointerData tid;		/* "leaving": the old version */
 	int			ncolumns;
-	NameData	columns[MAX_NOTED_COLUMNS];
+	NotedColumn columns[MAX_NOTED_COLUMNS];
+	MemoryContext cxt;			/* "arrived": of from and to */
 } RowNote;
 
 static RowNote leaving;
@@ -786,21 +862,29 @@ trigger_depth(void)
 	return DatumGetInt32(DirectFunctionCall1(pg_trigger_depth, (Datum) 0));
 }
 
+/* The command whose rows are being written: see "Rows in flight". */
+static CommandId
+current_command(void)
+{
+	return ActiveSnapshotSet() ? GetActiveSnapshot()->curcid : InvalidCommandId;
+}
+
 static bool
 note_is_current(const RowNote *note)
 {
 	return note->ncolumns > 0 && note->lxid == MyProc->lxid &&
-		note->statement == GetCurrentStatementStartTimestamp();
+		note->cid == current_command() && note->cid != InvalidCommandId;
 }
 
-static void
+/* The entry of column in a note, for the caller to fill */
+static NotedColumn *
 note_add(RowNote *note, int depth, Oid relid, ItemPointer tid, const char *column)
 {
 	if (!note_is_current(note) || note->depth != depth || note->relid != relid ||
 		(tid != NULL && !ItemPointerEquals(&note->tid, tid)))
 	{
 		note->lxid = MyProc->lxid;
-		note->statement = GetCurrentStatementStartTimestamp();
+		note->cid = current_command();
 		note->depth = depth;
 		note->relid = relid;
 		if (tid != NULL)
@@ -808,51 +892,67 @@ note_add(RowNote *note, int depth, Oid relid, ItemPointer tid, const char *colum
 		else
 			ItemPointerSetInvalid(&note->tid);
 		note->ncolumns = 0;
+		if (note->cxt != NULL)
+			MemoryContextReset(note->cxt);
 	}
 	for (int i = 0; i < note->ncolumns; i++)
-		if (strcmp(NameStr(note->columns[i]), column) == 0)
-			return;
-	if (note->ncolumns < MAX_NOTED_COLUMNS)
-		namestrcpy(&note->columns[note->ncolumns++], column);
+		if (strcmp(NameStr(note->columns[i].column), column) == 0)
+			return &note->columns[i];
+	if (note->ncolumns >= MAX_NOTED_COLUMNS)
+		return NULL;
+	namestrcpy(&note->columns[note->ncolumns].column, column);
+	return &note->columns[note->ncolumns++];
 }
 
-/* Remove column from the note; was it there? */
+/* Remove column from the note into *taken; was it there? */
 static bool
-note_take(RowNote *note, const char *column)
+note_take(RowNote *note, const char *column, NotedColumn *taken)
 {
 	for (int i = 0; i < note->ncolumns; i++)
-		if (strcmp(NameStr(note->columns[i]), column) == 0)
+		if (strcmp(NameStr(note->columns[i].column), column) == 0)
 		{
+			if (taken != NULL)
+				*taken = note->columns[i];
 			note->columns[i] = note->columns[--note->ncolumns];
 			return true;
 		}
 	return false;
 }
 
+static char *
+note_strdup(const char *value)
+{
+	if (value == NULL)
+		return NULL;
+	if (arrived.cxt == NULL)
+		arrived.cxt = AllocSetContextCreate(TopMemoryContext, "idempotency row notes",
+											ALLOCSET_SMALL_SIZES);
+	return MemoryContextStrdup(arrived.cxt, value);
+}
+
 /*
- * Has the row version (relid, tid) moved to another partition in this
- * transaction?  If so, *from is its state (NULL for NULL).  Only heap
- * partitions say so; a row leaving any other kind is checked as new.
+ * Has the old version the note "leaving" names moved to another partition,
+ * by this command?  If so, *from is its state (NULL for NULL).  Only heap
+ * partitions say so; a row leaving any other kind is checked as new.  The
+ * note is of this command, which still holds its partition open and locked,
+ * so the partition and the version's block exist.
  */
 static bool
-moved_from(TriggerState *state, Oid relid, ItemPointer tid, const char *column, char **from)
+moved_from(TriggerState *state, const NotedColumn *noted, char **from)
 {
-	Relation	source = try_table_open(relid, AccessShareLock);
+	Relation	source = try_table_open(leaving.relid, AccessShareLock);
 	HeapTupleData tuple;
 	HeapTuple	copy = NULL;
 	Buffer		buffer = InvalidBuffer;
-	AttrNumber	attnum;
 	bool		isnull;
 
-	/* a note of an UPDATE that stayed may outlive its table, or its blocks */
 	if (source == NULL)
 		return false;
-	attnum = SPI_fnumber(RelationGetDescr(source), column);
-	if (source->rd_rel->relam == HEAP_TABLE_AM_OID && attnum > 0 &&
-		TupleDescAttr(RelationGetDescr(source), attnum - 1)->atttypid == state->typid &&
-		ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(source))
+	if (source->rd_rel->relam == HEAP_TABLE_AM_OID &&
+		noted->attnum > 0 && noted->attnum <= RelationGetDescr(source)->natts &&
+		TupleDescAttr(RelationGetDescr(source), noted->attnum - 1)->atttypid == state->typid)
 	{
-		tuple.t_self = *tid;
+		tuple.t_self = leaving.tid;
 		if (heap_fetch(source, SnapshotAny, &tuple, &buffer, true))
 		{
 			HeapTupleHeader header = tuple.t_data;
@@ -861,7 +961,8 @@ moved_from(TriggerState *state, Oid relid, ItemPointer tid, const char *column, 
 			if (!(header->t_infomask & HEAP_XMAX_INVALID) &&
 				!HEAP_XMAX_IS_LOCKED_ONLY(header->t_infomask) &&
 				TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetUpdateXid(header)) &&
-				ItemPointerIndicatesMovedPartitions(&header->t_ctid))
+				ItemPointerIndicatesMovedPartitions(&header->t_ctid) &&
+				HeapTupleHeaderGetCmax(header) == leaving.cid)
 				copy = heap_copytuple(&tuple);
 			LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
 		}
@@ -869,7 +970,7 @@ moved_from(TriggerState *state, Oid relid, ItemPointer tid, const char *column, 
 			ReleaseBuffer(buffer);
 	}
 	if (copy != NULL)
-		*from = column_state(state, copy, RelationGetDescr(source), attnum, &isnull);
+		*from = column_state(state, copy, RelationGetDescr(source), noted->attnum, &isnull);
 	table_close(source, AccessShareLock);
 	return copy != NULL;
 }
@@ -921,11 +1022,19 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	{
 		from = state_value(state, trigdata->tg_trigtuple, desc, &isnull);
 		to = state_value(state, trigdata->tg_newtuple, desc, &isnull);
-		check_move(state, rel, column, from, to);
+		check_move(state->machine, RelationGetRelationName(rel), column, from, to);
 		/* the row may be about to move to another partition */
 		if (rel->rd_rel->relispartition)
-			note_add(&leaving, trigger_depth(), RelationGetRelid(rel),
-					 &trigdata->tg_trigtuple->t_self, column);
+		{
+			NotedColumn *noted = note_add(&leaving, trigger_depth(), RelationGetRelid(rel),
+										  &trigdata->tg_trigtuple->t_self, column);
+
+			if (noted != NULL)
+			{
+				noted->attachment = state->attachment;
+				noted->attnum = state->attnum;
+			}
+		}
 		return PointerGetDatum(trigdata->tg_newtuple);
 	}
 
@@ -933,35 +1042,46 @@ idem_enforce_transition(PG_FUNCTION_ARGS)
 	if (rel->rd_rel->relispartition && (note_is_current(&leaving) || note_is_current(&arrived)))
 	{
 		int			depth = trigger_depth();
+		NotedColumn noted;
 
 		/* a note of this trigger's column from an earlier row is void */
 		if (arrived.depth == depth && arrived.relid == RelationGetRelid(rel))
-			note_take(&arrived, column);
-		if (note_is_current(&leaving) && leaving.depth == depth && note_take(&leaving, column))
+			note_take(&arrived, column, NULL);
+		if (note_is_current(&leaving) && leaving.depth == depth &&
+			leaving.relid != RelationGetRelid(rel) &&
+			note_take(&leaving, column, &noted) && noted.attachment == state->attachment)
 		{
 			from = NULL;
-			if (moved_from(state, leaving.relid, &leaving.tid, column, &from))
+			if (moved_from(state, &noted, &from))
 			{
-				check_move(state, rel, column, from, to);
-				note_add(&arrived, depth, RelationGetRelid(rel), NULL, column);
+				NotedColumn *checked;
+
+				check_move(state->machine, RelationGetRelationName(rel), column, from, to);
+				checked = note_add(&arrived, depth, RelationGetRelid(rel), NULL, column);
+				if (checked != NULL)
+				{
+					checked->from = note_strdup(from);
+					checked->to = note_strdup(to);
+				}
 				return PointerGetDatum(trigdata->tg_trigtuple);
 			}
 			leaving.ncolumns = 0;	/* an UPDATE that did not move its row */
 		}
 	}
 	if (!initial_allowed(state->machine, to) && !state->checked_after)
-		report_invalid_move(state, rel, column, NULL, to);
+		report_invalid_move(state->machine, RelationGetRelationName(rel), column, NULL, to);
 	return PointerGetDatum(trigdata->tg_trigtuple);
 }
 
 /*
  * idem_inserted_unchecked(machine, column, relation, state): the WHEN clause
  * of the AFTER INSERT check, evaluated as each row is inserted (before the
- * next row's triggers fire).  True when the row must be refused: it did not
- * arrive by row movement (the BEFORE INSERT trigger checked those, and left
- * the note "arrived" at the depth just below ours) and "state" is not allowed
- * for a new row.  So the check's event is queued only for the rows it
- * refuses.
+ * next row's triggers fire).  For a row that arrived by row movement (the
+ * BEFORE INSERT trigger checked the move, and left the note "arrived" at the
+ * depth just below ours), false; but if "state", the state stored, is not
+ * the state checked, the move from the same old state to it is checked here.
+ * For any other row, true when "state" is not allowed for a new row.  So
+ * the check's event is queued only for the rows it refuses.
  */
 Datum
 idem_inserted_unchecked(PG_FUNCTION_ARGS)
@@ -970,31 +1090,52 @@ idem_inserted_unchecked(PG_FUNCTION_ARGS)
 	{
 		uint64		generation;
 		IdemMachine *machine;
+		Size		namelen;
+		char		name[NAMEDATALEN];	/* the machine name looked up */
 	}			Cached;
 	Cached	   *cached = (Cached *) fcinfo->flinfo->fn_extra;
-	char	   *machine_name;
+	text	   *machine_name;
 	char	   *state;
+	NotedColumn checked;
+	bool		moved;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		PG_RETURN_BOOL(true);
-	if (note_is_current(&arrived) && arrived.relid == PG_GETARG_OID(2) &&
+	moved = note_is_current(&arrived) && arrived.relid == PG_GETARG_OID(2) &&
 		arrived.depth == trigger_depth() + 1 &&
-		note_take(&arrived, NameStr(*PG_GETARG_NAME(1))))
+		note_take(&arrived, NameStr(*PG_GETARG_NAME(1)), &checked);
+	state = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (moved && (state == NULL ? checked.to == NULL :
+				  checked.to != NULL && strcmp(state, checked.to) == 0))
 		PG_RETURN_BOOL(false);
 
+	/* the name is the same on every row: compare it rather than copy it */
 	if (cached == NULL)
 		cached = fcinfo->flinfo->fn_extra =
 			MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(Cached));
-	machine_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	if (cached->machine == NULL || cached->generation != idem_machine_generation() ||
-		strcmp(cached->machine->name, machine_name) != 0)
+	machine_name = PG_GETARG_TEXT_PP(0);
+	if (cached->generation != idem_machine_generation() ||
+		cached->namelen != VARSIZE_ANY_EXHDR(machine_name) ||
+		memcmp(cached->name, VARDATA_ANY(machine_name), cached->namelen) != 0)
 	{
-		cached->machine = idem_machine_get(fcinfo->flinfo->fn_oid, machine_name);
+		char	   *name = text_to_cstring(machine_name);
+
+		cached->machine = idem_machine_get(fcinfo->flinfo->fn_oid, name);
 		cached->generation = idem_machine_generation();
+		cached->namelen = Min(strlen(name), NAMEDATALEN - 1);
+		memcpy(cached->name, name, cached->namelen);
+		if (cached->machine == NULL || strlen(name) >= NAMEDATALEN)
+			cached->generation = 0; /* look it up again next time */
 	}
 	if (cached->machine == NULL)
 		PG_RETURN_BOOL(true);	/* the trigger reports it */
-	state = PG_ARGISNULL(3) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	if (moved)
+	{
+
+		check_move(cached->machine, get_rel_name(PG_GETARG_OID(2)), NameStr(*PG_GETARG_NAME(1)),
+				   checked.from, state);
+		PG_RETURN_BOOL(false);
+	}
 	PG_RETURN_BOOL(!initial_allowed(cached->machine, state));
 }
 
@@ -1023,7 +1164,7 @@ idem_enforce_initial_state(PG_FUNCTION_ARGS)
 	to = state_value(state, trigdata->tg_trigtuple, RelationGetDescr(trigdata->tg_relation),
 					 &isnull);
 	if (!initial_allowed(state->machine, to))
-		report_invalid_move(state, trigdata->tg_relation, trigdata->tg_trigger->tgargs[1],
-							NULL, to);
+		report_invalid_move(state->machine, RelationGetRelationName(trigdata->tg_relation),
+							trigdata->tg_trigger->tgargs[1], NULL, to);
 	return PointerGetDatum(NULL);
 }

@@ -221,7 +221,7 @@ prepare_plans(Relation rel, AttrNumber attnum)
 	}
 
 	/* ONLY: the rows of inheritance children are not governed (transition()) */
-	table = psprintf("%s%s", rel->rd_rel->relkind == RELKIND_RELATION ? "ONLY " : "",
+	table = psprintf("%s%s", rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE ? "ONLY " : "",
 					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 												RelationGetRelationName(rel)));
 	column = quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
@@ -323,6 +323,8 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	Datum	   *keys;
 	int			nkeys;
 	PlanEntry  *plans;
+	SPIPlanPtr	update_plan;
+	SPIPlanPtr	select_plan;
 	Datum	   *args;
 	char	   *nulls;
 	const char *outcome;
@@ -365,7 +367,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	 * but children may come later).  The statements say ONLY as well, for a
 	 * child added while we run.
 	 */
-	if (rel->rd_rel->relkind == RELKIND_RELATION && rel->rd_rel->relhassubclass &&
+	if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE && rel->rd_rel->relhassubclass &&
 		find_inheritance_children(relid, NoLock) != NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -447,7 +449,13 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 	memcpy(args + 1, keys, sizeof(Datum) * nkeys);
 	args[nkeys + 1] = from_array;
 
-	ret = idem_execute_without_seqscan(plans->update, args, nulls, false, 0);
+	/*
+	 * Copies: a nested idem_transition run by a trigger of the UPDATE may
+	 * replace this table's cache entry and reuse its slot.
+	 */
+	update_plan = plans->update;
+	select_plan = plans->select;
+	ret = idem_execute_without_seqscan(update_plan, args, nulls, false, 0);
 	if (ret != SPI_OK_UPDATE)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
 	if (SPI_processed > 0)
@@ -457,7 +465,7 @@ transition(FunctionCallInfo fcinfo, bool key_is_array)
 		bool		isnull;
 		Datum		current;
 
-		ret = idem_execute_without_seqscan(plans->select, args + 1, nulls + 1, false, 1);
+		ret = idem_execute_without_seqscan(select_plan, args + 1, nulls + 1, false, 1);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(ret));
 		if (SPI_processed == 0)
