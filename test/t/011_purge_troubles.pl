@@ -83,10 +83,10 @@ sub purged
 
 # --- a locked table: the run is "busy", the next database is purged ---
 my $offset = -s $node->logfile;
-my $locker = $node->background_psql('d1');
-$locker->query_safe('BEGIN; LOCK TABLE idempotency_records IN SHARE MODE');
 expire_key('d1', 'k1');
 expire_key('d2', 'k1');
+my $locker = $node->background_psql('d1');
+$locker->query_safe('BEGIN; LOCK TABLE idempotency_records IN SHARE MODE');
 set_list($node, 'd1, d2');
 ok(purged('d2', 'k1'), 'a database after a locked one is purged');
 ok(wait_for('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
