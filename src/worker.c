@@ -94,7 +94,6 @@
 #include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
-#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "storage/sinval.h"
 #include "storage/spin.h"
@@ -441,9 +440,14 @@ wait_for_other_run(void)
 		SpinLockRelease(&worker_shared->mutex);
 		if (pid == 0)
 			return true;
-		if (BackendPidGetProc(pid) == NULL)
+		/*
+		 * The run clears run_pid as it exits, and a crash reinitializes
+		 * shared memory, so this is only a safeguard.  (Not
+		 * BackendPidGetProc: a run sets run_pid before it is in the
+		 * ProcArray.)
+		 */
+		if (kill(pid, 0) != 0 && errno == ESRCH)
 		{
-			/* it is gone, or went while we looked */
 			SpinLockAcquire(&worker_shared->mutex);
 			if (worker_shared->run_pid == pid)
 				worker_shared->run_pid = 0;
