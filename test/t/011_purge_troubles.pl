@@ -60,10 +60,17 @@ sub count_in_log
 	return $count;
 }
 
+# The launcher's PID, waiting for one to run (it restarts 10 s after an exit).
 sub launcher_pid
 {
-	return $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency purge launcher'});
+	my $pid = '';
+	for (my $i = 0; $i < 10 * $timeout && $pid !~ /^\d+$/; $i++)
+	{
+		$pid = $node->safe_psql('postgres',
+			q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'idempotency purge launcher'});
+		usleep(100_000) unless $pid =~ /^\d+$/;
+	}
+	return $pid;
 }
 
 my $expire = q{
