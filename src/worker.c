@@ -40,14 +40,14 @@
  * launcher that has exited.
  *
  * Logging: the launcher keeps, per listed name, its last state (purged,
- * missing, no connections, invalid, no extension, failed, no worker slot),
+ * missing, no connections, invalid, no extension, failed, no worker slot, busy),
  * and logs a state only when it changes: one LOG line, not one per
  * interval.  A run that fails with an ERROR catches it, logs it, and
  * reports it by a key (SQLSTATE and message); the launcher hands the key of
  * the last failure to the next run in that database, which logs the same
  * error again only at DEBUG1.  A database busy PURGE_BUSY_LOG_ROUNDS rounds
- * in a row is said once at LOG (each busy run at DEBUG1), so that a lock
- * taken for a moment is no news.  The states are forgotten when the list
+ * in a row is in state busy, said once at LOG (each busy run at DEBUG1), so
+ * that a lock taken for a moment is no news.  The states are forgotten when the list
  * changes.
  *
  * Interrupts: every wait of the launcher (its main loop, the wait for a run)
@@ -167,7 +167,8 @@ typedef enum DbState
 	DB_INVALID,
 	DB_NO_EXTENSION,
 	DB_FAILED,
-	DB_NO_SLOT
+	DB_NO_SLOT,
+	DB_BUSY						/* locked PURGE_BUSY_LOG_ROUNDS rounds in a row */
 } DbState;
 
 typedef struct DbStatus
@@ -364,6 +365,14 @@ note_state(DbStatus *status, DbState state, uint32 error_key)
 			ereport(LOG,
 					(errmsg("idempotency purge of database \"%s\" failed", name),
 					 errdetail("The purge run logged the error above. Later runs that fail with the same error log it at DEBUG1 only, until a run succeeds.")));
+			break;
+		case DB_BUSY:
+			ereport(LOG,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("idempotency purge could not lock the tables of database \"%s\" in %d rounds in a row",
+							name, status->busy_rounds),
+					 errdetail("A session holds a lock on idempotency_records or idem_inbox that conflicts with deleting rows. Each round tries again."),
+					 errhint("Look for the lock in pg_locks.")));
 			break;
 		case DB_NO_SLOT:
 			ereport(LOG,
@@ -616,13 +625,13 @@ purge_round(void)
 				case PURGE_BUSY:
 					/* a lock taken for a moment is no news */
 					status->busy_rounds++;
-					ereport(status->busy_rounds == PURGE_BUSY_LOG_ROUNDS ? LOG : DEBUG1,
-							(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-							 errmsg("idempotency purge could not lock the tables of database \"%s\" in %d rounds in a row",
-									name, status->busy_rounds),
-							 errdetail("A session holds a lock on idempotency_records or idem_inbox that conflicts with deleting rows. Each round tries again."),
-							 errhint("Look for the lock in pg_locks.")));
-					continue;
+					ereport(DEBUG1,
+							(errmsg_internal("idempotency purge found the tables of database \"%s\" locked",
+											 name)));
+					if (status->busy_rounds < PURGE_BUSY_LOG_ROUNDS)
+						continue;
+					state = DB_BUSY;
+					break;
 				case PURGE_FAILED:
 					/* a FATAL or a termination, logged by the run */
 					continue;

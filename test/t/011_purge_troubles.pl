@@ -240,7 +240,7 @@ max_parallel_workers = 0
 $small->start;
 $small->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 sleep(5);    # several intervals
-my $slots_re = qr/could not start the idempotency purge of database "postgres"\n.*HINT:  You might need to increase max_worker_processes\./;
+my $slots_re = qr/could not start the idempotency purge of database "postgres"\n(.*DETAIL: .*\n)?.*HINT:  You might need to increase max_worker_processes/;
 is(count_in_log($small, qr/could not start the idempotency purge/, 0), 1,
 	'no free worker slot is said once');
 ok($small->log_contains($slots_re, 0), 'with core\'s hint');
