@@ -40,8 +40,8 @@
  * launcher that has exited.
  *
  * Logging: the launcher keeps, per listed name, its last state (purged,
- * missing, no connections, invalid, no extension, failed, no worker slot, busy),
- * and logs a state only when it changes: one LOG line, not one per
+ * missing, no connections, invalid, no extension, failed, no worker slot,
+ * busy), and logs a state only when it changes: one LOG line, not one per
  * interval.  A run that fails with an ERROR catches it, logs it, and
  * reports it by a key (SQLSTATE and message); the launcher hands the key of
  * the last failure to the next run in that database, which logs the same
