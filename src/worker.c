@@ -21,23 +21,47 @@
  * round at once instead of after the interval: a backlog is worked off in
  * turns, database after database.
  *
- * Each run reports how it ended (WorkerShared, in shared memory: runs never
- * overlap, so one slot, tagged with the run's number, is enough).  The
- * launcher keeps, per listed name, why it was last skipped (missing, no
- * connections, invalid, no extension), and logs a skip only when that
- * reason changes: one LOG line, not one per interval.  The states are
- * forgotten when the list changes.
+ * A run never waits for a lock on the extension's tables, so that a lock
+ * held in one database (LOCK TABLE, VACUUM FULL, a pg_repack swap) cannot
+ * stall the databases after it: each transaction first takes
+ * RowExclusiveLock on idempotency_records and idem_inbox without waiting
+ * (idem_purge's own requests for them are then no-ops), and if one is
+ * taken by someone else, the run ends "busy" and the next round tries
+ * again.  A run's statements also have a lock_timeout, for the locks
+ * idem_purge takes on anything else.
+ *
+ * Each run reports how it ended in WorkerShared (shared memory, under its
+ * spinlock).  Run ids come from a counter there, so that they never repeat
+ * across launcher restarts; the launcher stores the id of the run it waits
+ * for, and only that run may write the outcome.  A run records its PID there
+ * while it goes: a launcher starts no run while one is going, and a run
+ * that starts after its launcher gave up on it (its id is no longer the
+ * current one) exits at once.  So runs never overlap, even those of a
+ * launcher that has exited.
+ *
+ * Logging: the launcher keeps, per listed name, its last state (purged,
+ * missing, no connections, invalid, no extension, failed, no worker slot,
+ * busy), and logs a state only when it changes: one LOG line, not one per
+ * interval.  A run that fails with an ERROR catches it, logs it, and
+ * reports it by a key (SQLSTATE and message); the launcher hands the key of
+ * the last failure to the next run in that database, which logs the same
+ * error again only at DEBUG1.  A database busy PURGE_BUSY_LOG_ROUNDS rounds
+ * in a row is in state busy, said once at LOG (each busy run at DEBUG1), so
+ * that a lock taken for a moment is no news.  The states are forgotten when the list
+ * changes.
  *
  * Interrupts: every wait of the launcher (its main loop, the wait for a run)
  * goes through launcher_interrupts(), which absorbs ProcSignalBarriers (DROP
  * DATABASE, ALTER DATABASE SET TABLESPACE and DROP TABLESPACE wait for them),
- * answers pg_log_backend_memory_contexts and sinval catch-up requests, and
- * drops a cancel request: the launcher runs no statement, so there is
- * nothing to cancel (a run is cancelled with pg_cancel_backend of its own
- * PID).  SIGTERM (a shutdown, or pg_terminate_backend) ends the launcher
- * between runs with exit code 1, so that the postmaster starts it again
- * unless the server is shutting down.  A run ends on SIGTERM or a cancel
- * like any backend.
+ * answers pg_log_backend_memory_contexts and sinval catch-up requests.  The
+ * launcher ignores SIGINT: it runs no statement, so there is nothing to
+ * cancel, and a cancel pending while it logs would turn the next ereport
+ * into an ERROR (errfinish checks for interrupts).  A run is cancelled with
+ * pg_cancel_backend of its own PID.  SIGTERM (a shutdown, or
+ * pg_terminate_backend) ends the launcher between runs, or terminates the
+ * run it waits for, waits for it to end and then exits, with exit code 1 so
+ * that the postmaster starts it again unless the server is shutting down.
+ * A run ends on SIGTERM like any backend.
  *
  * The settings are PGC_SIGHUP.  The launcher reloads between runs; a new
  * list or interval ends the round, and a new one starts at once.  A run
@@ -60,6 +84,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -67,6 +92,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/sinval.h"
@@ -75,6 +101,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -89,22 +116,33 @@ PGDLLEXPORT void idem_purge_main(Datum arg);
 /* Most transactions (of one batch per table each) of one purge run. */
 #define PURGE_RUN_MAX_BATCHES 10
 
+/* Busy rounds in a row after which a database's lock is said at LOG. */
+#define PURGE_BUSY_LOG_ROUNDS 5
+
+/* A run's lock_timeout: a run waits for no lock for long. */
+#define PURGE_LOCK_TIMEOUT "1s"
+
 /* How a run ended, as it reports it to the launcher. */
 typedef enum PurgeOutcome
 {
-	PURGE_FAILED = 0,			/* no report: an error, a cancel, a crash */
+	PURGE_FAILED = 0,			/* no report: a FATAL, a crash, terminated */
 	PURGE_NOT_STARTED,			/* no worker slot was free */
 	PURGE_DONE,					/* a transaction found less than a full batch */
 	PURGE_BOUNDED,				/* stopped after PURGE_RUN_MAX_BATCHES */
-	PURGE_NO_EXTENSION			/* the database has no extension idempotency */
+	PURGE_NO_EXTENSION,			/* the database has no extension idempotency */
+	PURGE_BUSY,					/* a table was locked by someone else */
+	PURGE_ERROR					/* an ERROR, logged; error_key says which */
 } PurgeOutcome;
 
-/* In shared memory: the outcome of the run the launcher waits for. */
+/* In shared memory, under mutex. */
 typedef struct WorkerShared
 {
 	slock_t		mutex;
-	uint32		run_id;			/* the run whose outcome is kept */
-	PurgeOutcome outcome;
+	uint32		last_run_id;	/* the last run id handed out */
+	uint32		run_id;			/* the run the launcher waits for, or 0 */
+	PurgeOutcome outcome;		/* how it ended */
+	uint32		error_key;		/* for PURGE_ERROR: which error */
+	pid_t		run_pid;		/* a run going (any launcher's), or 0 */
 } WorkerShared;
 
 /* What the launcher hands a run, in bgw_extra. */
@@ -112,13 +150,14 @@ typedef struct PurgeRunArgs
 {
 	Oid			dboid;
 	uint32		run_id;
+	uint32		quiet_error_key;	/* the last run's error: log it at DEBUG1 */
 	char		dbname[NAMEDATALEN];
 } PurgeRunArgs;
 
 StaticAssertDecl(sizeof(PurgeRunArgs) <= BGW_EXTRALEN,
 				 "PurgeRunArgs must fit in bgw_extra");
 
-/* Why the launcher last skipped a listed database (or that it did not). */
+/* The last state of a listed database, as the launcher saw it. */
 typedef enum DbState
 {
 	DB_UNSEEN = 0,
@@ -126,24 +165,28 @@ typedef enum DbState
 	DB_MISSING,
 	DB_NO_CONNECTIONS,
 	DB_INVALID,
-	DB_NO_EXTENSION
+	DB_NO_EXTENSION,
+	DB_FAILED,
+	DB_NO_SLOT,
+	DB_BUSY						/* locked PURGE_BUSY_LOG_ROUNDS rounds in a row */
 } DbState;
 
 typedef struct DbStatus
 {
 	char		name[NAMEDATALEN];
 	DbState		state;
+	uint32		error_key;		/* for DB_FAILED */
+	int			busy_rounds;	/* busy runs in a row */
 } DbStatus;
 
 static WorkerShared *worker_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Launcher state: per-name skip states, and memory reset every round. */
+/* Launcher state: per-name states, and memory reset every round. */
 static List *db_states = NIL;
 static MemoryContext launcher_cxt = NULL;
 static MemoryContext round_cxt = NULL;
-static uint32 run_counter = 0;
 
 static void
 worker_shmem_request(void)
@@ -166,8 +209,11 @@ worker_shmem_startup(void)
 	if (!found)
 	{
 		SpinLockInit(&worker_shared->mutex);
+		worker_shared->last_run_id = 0;
 		worker_shared->run_id = 0;
 		worker_shared->outcome = PURGE_FAILED;
+		worker_shared->error_key = 0;
+		worker_shared->run_pid = 0;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -201,19 +247,23 @@ idem_worker_preload(void)
 static void
 launcher_interrupts(void)
 {
-	/* no statement runs here, so a cancel request has nothing to cancel */
-	QueryCancelPending = false;
+	MemoryContext old = CurrentMemoryContext;
 
 	/* ProcSignalBarriers, pg_log_backend_memory_contexts */
 	CHECK_FOR_INTERRUPTS();
 
-	/* read the invalidation messages that queued up while we slept */
+	/*
+	 * Read the invalidation messages that queued up while we slept.  It may
+	 * run a transaction, which leaves CurrentMemoryContext in
+	 * TopMemoryContext.
+	 */
 	ProcessCatchupInterrupt();
+	MemoryContextSwitchTo(old);
 }
 
 /*
  * Reload the configuration.  True if the list or the interval changed: the
- * launcher then starts a round at once.  A new list forgets the skip states.
+ * launcher then starts a round at once.  A new list forgets the states.
  */
 static bool
 launcher_reload(void)
@@ -235,32 +285,41 @@ launcher_reload(void)
 	return new_list || old_interval != idem_purge_interval_s;
 }
 
-/* Log the state of a listed database when it changes (the skip reasons). */
-static void
-note_state(const char *name, DbState state)
+/* The state kept for a listed name, made on first use. */
+static DbStatus *
+get_status(const char *name)
 {
-	DbStatus   *status = NULL;
+	DbStatus   *status;
+	MemoryContext old;
 	ListCell   *lc;
 
 	foreach(lc, db_states)
 	{
-		if (strcmp(((DbStatus *) lfirst(lc))->name, name) == 0)
-		{
-			status = (DbStatus *) lfirst(lc);
-			break;
-		}
+		status = (DbStatus *) lfirst(lc);
+		if (strcmp(status->name, name) == 0)
+			return status;
 	}
-	if (status == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(launcher_cxt);
+	old = MemoryContextSwitchTo(launcher_cxt);
+	status = palloc0(sizeof(DbStatus));
+	strlcpy(status->name, name, NAMEDATALEN);
+	status->state = DB_UNSEEN;
+	db_states = lappend(db_states, status);
+	MemoryContextSwitchTo(old);
+	return status;
+}
 
-		status = palloc0(sizeof(DbStatus));
-		strlcpy(status->name, name, NAMEDATALEN);
-		status->state = DB_UNSEEN;
-		db_states = lappend(db_states, status);
-		MemoryContextSwitchTo(old);
-	}
-	if (status->state == state)
+/*
+ * Log the state of a listed database when it changes.  error_key: for
+ * DB_FAILED, which error (a different one is a change too).
+ */
+static void
+note_state(DbStatus *status, DbState state, uint32 error_key)
+{
+	const char *name = status->name;
+
+	if (state != DB_FAILED)
+		error_key = 0;
+	if (status->state == state && status->error_key == error_key)
 		return;
 
 	switch (state)
@@ -287,12 +346,13 @@ note_state(const char *name, DbState state)
 					 errhint("Allow connections with ALTER DATABASE ... ALLOW_CONNECTIONS true, or remove it from idempotency.databases.")));
 			break;
 		case DB_INVALID:
+			/* dropdb marks the row invalid before it removes the files */
 			ereport(LOG,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("idempotency purge skips database \"%s\", which is invalid",
 							name),
-					 errdetail("A DROP DATABASE of it was interrupted."),
-					 errhint("Drop it with DROP DATABASE, or remove it from idempotency.databases.")));
+					 errdetail("It is being dropped, or a DROP DATABASE of it was interrupted."),
+					 errhint("If it is not being dropped, drop it with DROP DATABASE, or remove it from idempotency.databases.")));
 			break;
 		case DB_NO_EXTENSION:
 			ereport(LOG,
@@ -301,8 +361,29 @@ note_state(const char *name, DbState state)
 							name),
 					 errhint("Run CREATE EXTENSION idempotency in that database, or remove it from idempotency.databases.")));
 			break;
+		case DB_FAILED:
+			ereport(LOG,
+					(errmsg("idempotency purge of database \"%s\" failed", name),
+					 errdetail("The purge run logged the error above. Later runs that fail with the same error log it at DEBUG1 only, until a run succeeds.")));
+			break;
+		case DB_BUSY:
+			ereport(LOG,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("idempotency purge could not lock the tables of database \"%s\" in %d rounds in a row",
+							name, status->busy_rounds),
+					 errdetail("A session holds a lock on idempotency_records or idem_inbox that conflicts with deleting rows. Each round tries again."),
+					 errhint("Look for the lock in pg_locks.")));
+			break;
+		case DB_NO_SLOT:
+			ereport(LOG,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("could not start the idempotency purge of database \"%s\"", name),
+					 errdetail("No background worker slot is free. Each round tries again, and says so only when a run starts."),
+					 errhint("You might need to increase max_worker_processes (which needs a server restart).")));
+			break;
 	}
 	status->state = state;
+	status->error_key = error_key;
 }
 
 /*
@@ -314,14 +395,13 @@ note_state(const char *name, DbState state)
 static DbState
 lookup_database(const char *name, Oid *dboid)
 {
+	MemoryContext old = CurrentMemoryContext;
 	Relation	rel;
 	TableScanDesc scan;
 	ScanKeyData key;
 	HeapTuple	tuple;
 	DbState		state = DB_MISSING;
 
-	/* no cancel in here: launcher_interrupts() drops it afterwards */
-	HOLD_CANCEL_INTERRUPTS();
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
 
@@ -345,24 +425,90 @@ lookup_database(const char *name, Oid *dboid)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 
+	/* the commit leaves us in TopMemoryContext: back to the round's */
 	CommitTransactionCommand();
-	RESUME_CANCEL_INTERRUPTS();
+	MemoryContextSwitchTo(old);
 	return state;
 }
 
-/* Start a purge run in one database and wait for it to end. */
+/*
+ * Wait until no purge run is going, a previous launcher's included.  False
+ * if a shutdown request came meanwhile.
+ */
+static bool
+wait_for_other_run(void)
+{
+	bool		said = false;
+
+	for (;;)
+	{
+		pid_t		pid;
+
+		SpinLockAcquire(&worker_shared->mutex);
+		pid = worker_shared->run_pid;
+		SpinLockRelease(&worker_shared->mutex);
+		if (pid == 0)
+			return true;
+		/*
+		 * The run clears run_pid as it exits, and a crash reinitializes
+		 * shared memory, so this is only a safeguard.  (Not
+		 * BackendPidGetProc: a run sets run_pid before it is in the
+		 * ProcArray.)
+		 */
+		if (kill(pid, 0) != 0 && errno == ESRCH)
+		{
+			SpinLockAcquire(&worker_shared->mutex);
+			if (worker_shared->run_pid == pid)
+				worker_shared->run_pid = 0;
+			SpinLockRelease(&worker_shared->mutex);
+			return true;
+		}
+		if (ShutdownRequestPending)
+			return false;
+		if (!said)
+			ereport(LOG,
+					(errmsg("idempotency purge launcher waits for the purge run with PID %d of a previous launcher to end",
+							(int) pid)));
+		said = true;
+
+		/* its end sets no latch of ours: look again every second */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		launcher_interrupts();
+	}
+}
+
+/*
+ * Start a purge run in one database and wait for it to end.  *error_key is
+ * set for PURGE_ERROR.
+ */
 static PurgeOutcome
-run_purge(Oid dboid, const char *dbname)
+run_purge(Oid dboid, DbStatus *status, uint32 *error_key)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	PurgeRunArgs args;
 	PurgeOutcome outcome;
+	bool		terminated = false;
+
+	if (!wait_for_other_run())
+		return PURGE_FAILED;
 
 	memset(&args, 0, sizeof(args));
 	args.dboid = dboid;
-	args.run_id = ++run_counter;
-	strlcpy(args.dbname, dbname, NAMEDATALEN);
+	args.quiet_error_key = status->state == DB_FAILED ? status->error_key : 0;
+	strlcpy(args.dbname, status->name, NAMEDATALEN);
+
+	SpinLockAcquire(&worker_shared->mutex);
+	/* 0 stands for no run */
+	if (++worker_shared->last_run_id == 0)
+		worker_shared->last_run_id = 1;
+	args.run_id = worker_shared->last_run_id;
+	worker_shared->run_id = args.run_id;
+	worker_shared->outcome = PURGE_FAILED;
+	worker_shared->error_key = 0;
+	SpinLockRelease(&worker_shared->mutex);
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -370,40 +516,33 @@ run_purge(Oid dboid, const char *dbname)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idem_purge_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency purge %s", dbname);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency purge %s", status->name);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "idempotency purge");
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 	worker.bgw_notify_pid = MyProcPid;
 
-	SpinLockAcquire(&worker_shared->mutex);
-	worker_shared->run_id = args.run_id;
-	worker_shared->outcome = PURGE_FAILED;
-	SpinLockRelease(&worker_shared->mutex);
-
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		ereport(LOG,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("could not start the idempotency purge of database \"%s\"", dbname),
-				 errhint("Raise max_worker_processes.")));
 		return PURGE_NOT_STARTED;
-	}
 
 	/*
 	 * Like WaitForBackgroundWorkerShutdown, with the launcher's interrupts.
 	 * The postmaster sets our latch when the run starts and when it ends
-	 * (bgw_notify_pid).  A shutdown request waits for the run (it is
-	 * bounded), except for one not started yet, which is withdrawn.
+	 * (bgw_notify_pid).  A shutdown request terminates the run (or withdraws
+	 * it if not started yet), and waits for it to end: the launcher leaves
+	 * no run behind.
 	 */
 	for (;;)
 	{
 		pid_t		pid;
-		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+		BgwHandleStatus bgw_status = GetBackgroundWorkerPid(handle, &pid);
 
-		if (status == BGWH_STOPPED || status == BGWH_POSTMASTER_DIED)
+		if (bgw_status == BGWH_STOPPED || bgw_status == BGWH_POSTMASTER_DIED)
 			break;
-		if (status == BGWH_NOT_YET_STARTED && ShutdownRequestPending)
+		if (ShutdownRequestPending && !terminated)
+		{
 			TerminateBackgroundWorker(handle);
+			terminated = true;
+		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, 0,
 						 PG_WAIT_EXTENSION);
@@ -414,6 +553,8 @@ run_purge(Oid dboid, const char *dbname)
 
 	SpinLockAcquire(&worker_shared->mutex);
 	outcome = worker_shared->run_id == args.run_id ? worker_shared->outcome : PURGE_FAILED;
+	*error_key = worker_shared->error_key;
+	worker_shared->run_id = 0;
 	SpinLockRelease(&worker_shared->mutex);
 	return outcome;
 }
@@ -444,8 +585,10 @@ purge_round(void)
 	foreach(lc, names)
 	{
 		const char *name = (const char *) lfirst(lc);
+		DbStatus   *status;
 		Oid			dboid = InvalidOid;
 		DbState		state;
+		uint32		error_key = 0;
 
 		if (ShutdownRequestPending)
 			break;
@@ -455,25 +598,46 @@ purge_round(void)
 			break;
 		}
 
+		status = get_status(name);
 		state = lookup_database(name, &dboid);
 		if (state == DB_PURGED)
 		{
-			switch (run_purge(dboid, name))
+			PurgeOutcome outcome = run_purge(dboid, status, &error_key);
+
+			if (outcome != PURGE_BUSY)
+				status->busy_rounds = 0;
+			switch (outcome)
 			{
-				case PURGE_NO_EXTENSION:
-					state = DB_NO_EXTENSION;
+				case PURGE_DONE:
 					break;
 				case PURGE_BOUNDED:
 					again = true;
 					break;
-				case PURGE_DONE:
+				case PURGE_NO_EXTENSION:
+					state = DB_NO_EXTENSION;
+					break;
+				case PURGE_ERROR:
+					state = DB_FAILED;
+					break;
+				case PURGE_NOT_STARTED:
+					state = DB_NO_SLOT;
+					break;
+				case PURGE_BUSY:
+					/* a lock taken for a moment is no news */
+					status->busy_rounds++;
+					ereport(DEBUG1,
+							(errmsg_internal("idempotency purge found the tables of database \"%s\" locked",
+											 name)));
+					if (status->busy_rounds < PURGE_BUSY_LOG_ROUNDS)
+						continue;
+					state = DB_BUSY;
 					break;
 				case PURGE_FAILED:
-				case PURGE_NOT_STARTED:
-					continue;	/* logged already; try again next round */
+					/* a FATAL or a termination, logged by the run */
+					continue;
 			}
 		}
-		note_state(name, state);
+		note_state(status, state, error_key);
 	}
 	return again;
 }
@@ -485,10 +649,13 @@ idem_launcher_main(Datum arg)
 	bool		said_recovery = false;
 
 	/*
-	 * SIGINT keeps the StatementCancelHandler that bgworker.c sets for a
-	 * worker with a database connection: launcher_interrupts() drops the
-	 * request.
+	 * No SIGINT: bgworker.c sets StatementCancelHandler for a worker with a
+	 * database connection, but the launcher runs no statement, and a cancel
+	 * pending while it logs would become an ERROR in errfinish's
+	 * CHECK_FOR_INTERRUPTS.  ProcSignals (barriers, catch-up, memory context
+	 * logging) come by SIGUSR1.
 	 */
+	pqsignal(SIGINT, SIG_IGN);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
@@ -571,22 +738,46 @@ idem_launcher_main(Datum arg)
 
 /* Report how this run ended, if the launcher still waits for it. */
 static void
-report_outcome(uint32 run_id, PurgeOutcome outcome)
+report_outcome(uint32 run_id, PurgeOutcome outcome, uint32 error_key)
 {
 	SpinLockAcquire(&worker_shared->mutex);
 	if (worker_shared->run_id == run_id)
+	{
 		worker_shared->outcome = outcome;
+		worker_shared->error_key = error_key;
+	}
 	SpinLockRelease(&worker_shared->mutex);
+}
+
+/* At the run's exit, however it ends: no run is going any more. */
+static void
+run_exit(int code, Datum arg)
+{
+	SpinLockAcquire(&worker_shared->mutex);
+	if (worker_shared->run_pid == MyProcPid)
+		worker_shared->run_pid = 0;
+	SpinLockRelease(&worker_shared->mutex);
+}
+
+/* Take a lock on a table of the extension if nobody is in the way. */
+static bool
+lock_if_free(Oid nsp, const char *relname)
+{
+	Oid			relid = get_relname_relid(relname, nsp);
+
+	/* a missing table is for idem_purge to report */
+	return !OidIsValid(relid) || ConditionalLockRelationOid(relid, RowExclusiveLock);
 }
 
 /*
  * One transaction of a purge run: one batch per table.  Returns the rows
- * deleted, or -1 if the database has no extension idempotency.
+ * deleted, or -1 if the database has no extension idempotency, or -2 if a
+ * table is locked by someone else.
  */
 static int64
 purge_one_batch(void)
 {
-	char	   *schema = NULL;
+	Oid			nsp = InvalidOid;
 	int64		purged = -1;
 
 	SetCurrentStatementStartTimestamp();
@@ -595,16 +786,26 @@ purge_one_batch(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "idempotency purge");
 
-	if (SPI_execute("SELECT n.nspname FROM pg_catalog.pg_extension e "
-					"JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace "
+	if (SPI_execute("SELECT e.extnamespace FROM pg_catalog.pg_extension e "
 					"WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'",
 					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	{
+		bool		isnull;
 
-	if (schema != NULL)
+		nsp = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+											 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	if (!OidIsValid(nsp))
+		purged = -1;
+	else if (!lock_if_free(nsp, "idempotency_records") ||
+			 !lock_if_free(nsp, "idem_inbox"))
+		purged = -2;
+	else
 	{
 		char	   *sql = psprintf("SELECT %s.idem_purge(%d, 1)",
-								   quote_identifier(schema), idem_purge_batch_size);
+								   quote_identifier(get_namespace_name(nsp)),
+								   idem_purge_batch_size);
 		bool		isnull;
 
 		if (SPI_execute(sql, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
@@ -620,6 +821,18 @@ purge_one_batch(void)
 	return purged;
 }
 
+/* Which error: its SQLSTATE and its message, never 0. */
+static uint32
+error_key_of(ErrorData *edata)
+{
+	uint32		key = (uint32) edata->sqlerrcode;
+
+	if (edata->message)
+		key ^= hash_bytes((const unsigned char *) edata->message,
+						  strlen(edata->message));
+	return key == 0 ? 1 : key;
+}
+
 /*
  * One purge run in one database: batches in transactions of their own, so
  * that no lock or snapshot is held for long, and at most
@@ -629,39 +842,92 @@ void
 idem_purge_main(Datum arg)
 {
 	PurgeRunArgs args;
-	PurgeOutcome outcome = PURGE_DONE;
-	int64		total = 0;
-	int			batches = 0;
+	/* volatile: set inside PG_TRY, read after it */
+	volatile PurgeOutcome outcome = PURGE_DONE;
+	volatile uint32 error_key = 0;
+	volatile int64 total = 0;
+	volatile int batches = 0;
+	bool		current;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+
+	/*
+	 * Signals are still blocked: a run whose launcher gave up on it before it
+	 * started (it exited, or a newer run is current) does nothing; else it
+	 * says that it is going until it exits.
+	 */
+	SpinLockAcquire(&worker_shared->mutex);
+	current = worker_shared->run_id == args.run_id && worker_shared->run_pid == 0;
+	if (current)
+		worker_shared->run_pid = MyProcPid;
+	SpinLockRelease(&worker_shared->mutex);
+	if (!current)
+		proc_exit(0);
+	before_shmem_exit(run_exit, (Datum) 0);
+
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, InvalidOid, 0);
+	SetConfigOption("lock_timeout", PURGE_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
 
-	for (;;)
+	/*
+	 * An ERROR is caught, so that the same error every interval is logged
+	 * once: the launcher hands the next run the key of this one's.
+	 */
+	PG_TRY();
 	{
-		int64		purged = purge_one_batch();
+		for (;;)
+		{
+			int64		purged = purge_one_batch();
 
-		CHECK_FOR_INTERRUPTS();
-		if (purged < 0)
-		{
-			/* no extension, or it was dropped during the run */
-			if (batches == 0)
-				outcome = PURGE_NO_EXTENSION;
-			break;
-		}
-		total += purged;
-		batches++;
-		/* a table with less than a full batch has nothing more expired */
-		if (purged < idem_purge_batch_size)
-			break;
-		if (batches >= PURGE_RUN_MAX_BATCHES)
-		{
-			outcome = PURGE_BOUNDED;
-			break;
+			CHECK_FOR_INTERRUPTS();
+			if (purged == -2)
+			{
+				outcome = PURGE_BUSY;
+				break;
+			}
+			if (purged < 0)
+			{
+				/* no extension, or it was dropped during the run */
+				if (batches == 0)
+					outcome = PURGE_NO_EXTENSION;
+				break;
+			}
+			total += purged;
+			batches++;
+			/* a table with less than a full batch has nothing more expired */
+			if (purged < idem_purge_batch_size)
+				break;
+			if (batches >= PURGE_RUN_MAX_BATCHES)
+			{
+				outcome = PURGE_BOUNDED;
+				break;
+			}
 		}
 	}
-	report_outcome(args.run_id, outcome);
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		error_key = error_key_of(edata);
+		if (error_key != args.quiet_error_key)
+			EmitErrorReport();
+		AbortOutOfAnyTransaction();
+		FlushErrorState();
+		if (error_key == args.quiet_error_key)
+		{
+			/* the launcher said this one already */
+			edata->elevel = DEBUG1;
+			ThrowErrorData(edata);
+		}
+		outcome = PURGE_ERROR;
+		RESUME_INTERRUPTS();
+	}
+	PG_END_TRY();
+	report_outcome(args.run_id, outcome, error_key);
 
 	if (total > 0)
 		ereport(DEBUG1,
