@@ -149,7 +149,7 @@ check_trigger(FunctionCallInfo fcinfo, const char *name, const char *expected, b
 	if (!CALLED_AS_TRIGGER(fcinfo) || !ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("%s() must be called as a %s trigger", name, expected)));
+				 errmsg("%s() must be called as %s trigger", name, expected)));
 	objects = idem_objects(fcinfo->flinfo->fn_oid);
 	if (RelationGetRelid(trigdata->tg_relation) != objects->records)
 		ereport(ERROR,
@@ -200,7 +200,7 @@ idem_records_removed(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		epoch;
 
-	objects = check_trigger(fcinfo, "idem_records_removed", "BEFORE DELETE FOR EACH ROW",
+	objects = check_trigger(fcinfo, "idem_records_removed", "a BEFORE DELETE FOR EACH ROW",
 							CALLED_AS_TRIGGER(fcinfo) &&
 							FIRED_AS(trigdata, BEFORE, ROW, DELETE));
 	old = trigdata->tg_trigtuple;
@@ -246,7 +246,7 @@ idem_records_truncated(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	const IdemObjects *objects;
 
-	objects = check_trigger(fcinfo, "idem_records_truncated", "AFTER TRUNCATE",
+	objects = check_trigger(fcinfo, "idem_records_truncated", "an AFTER TRUNCATE",
 							CALLED_AS_TRIGGER(fcinfo) &&
 							FIRED_AS(trigdata, AFTER, STATEMENT, TRUNCATE));
 	(void) nextval_internal(objects->token_epoch, false);
@@ -265,7 +265,7 @@ idem_records_rekeyed(PG_FUNCTION_ARGS)
 	Datum		new_key;
 	bool		nulls[4];
 
-	(void) check_trigger(fcinfo, "idem_records_rekeyed", "BEFORE UPDATE FOR EACH ROW",
+	(void) check_trigger(fcinfo, "idem_records_rekeyed", "a BEFORE UPDATE FOR EACH ROW",
 						 CALLED_AS_TRIGGER(fcinfo) &&
 						 FIRED_AS(trigdata, BEFORE, ROW, UPDATE));
 	old = trigdata->tg_trigtuple;

@@ -28,7 +28,8 @@
  * (idem_purge's own requests for them are then no-ops), and if one is
  * taken by someone else, the run ends "busy" and the next round tries
  * again.  A run's statements also have a lock_timeout, for the locks
- * idem_purge takes on anything else.
+ * idem_purge takes on anything else (rows locked by a trigger, the epoch's
+ * sequence); a run that times out ends "busy" too.
  *
  * Each run reports how it ended in WorkerShared (shared memory, under its
  * spinlock).  Run ids come from a counter there, so that they never repeat
@@ -378,7 +379,7 @@ note_state(DbStatus *status, DbState state, uint32 error_key)
 			ereport(LOG,
 					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 					 errmsg("could not start the idempotency purge of database \"%s\"", name),
-					 errdetail("No background worker slot is free. Each round tries again, and says so only when a run starts."),
+					 errdetail("No background worker slot is free. Each round tries again; the launcher says when a run purges the database again."),
 					 errhint("You might need to increase max_worker_processes (which needs a server restart).")));
 			break;
 	}
@@ -778,6 +779,7 @@ static int64
 purge_one_batch(void)
 {
 	Oid			nsp = InvalidOid;
+	char	   *nspname;
 	int64		purged = -1;
 
 	SetCurrentStatementStartTimestamp();
@@ -801,10 +803,12 @@ purge_one_batch(void)
 	else if (!lock_if_free(nsp, "idempotency_records") ||
 			 !lock_if_free(nsp, "idem_inbox"))
 		purged = -2;
+	else if ((nspname = get_namespace_name(nsp)) == NULL)
+		purged = -1;			/* the schema was dropped after the look-up */
 	else
 	{
 		char	   *sql = psprintf("SELECT %s.idem_purge(%d, 1)",
-								   quote_identifier(get_namespace_name(nsp)),
+								   quote_identifier(nspname),
 								   idem_purge_batch_size);
 		bool		isnull;
 
@@ -912,18 +916,29 @@ idem_purge_main(Datum arg)
 		HOLD_INTERRUPTS();
 		MemoryContextSwitchTo(TopMemoryContext);
 		edata = CopyErrorData();
-		error_key = error_key_of(edata);
-		if (error_key != args.quiet_error_key)
+
+		/*
+		 * A lock_timeout on a lock other than the tables' (a row lock taken
+		 * by a trigger, the epoch's sequence) is the same as a table found
+		 * locked: busy, not failed.
+		 */
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+			outcome = PURGE_BUSY;
+		else
+		{
+			outcome = PURGE_ERROR;
+			error_key = error_key_of(edata);
+		}
+		if (outcome == PURGE_ERROR && error_key != args.quiet_error_key)
 			EmitErrorReport();
 		AbortOutOfAnyTransaction();
 		FlushErrorState();
-		if (error_key == args.quiet_error_key)
+		if (outcome == PURGE_BUSY || error_key == args.quiet_error_key)
 		{
-			/* the launcher said this one already */
+			/* busy, or the launcher said this one already */
 			edata->elevel = DEBUG1;
 			ThrowErrorData(edata);
 		}
-		outcome = PURGE_ERROR;
 		RESUME_INTERRUPTS();
 	}
 	PG_END_TRY();

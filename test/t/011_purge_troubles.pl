@@ -115,6 +115,31 @@ ok($node->log_contains(qr/idempotency purge resumes in database "d1"/, $offset),
 	'and that is said');
 $locker->quit;
 
+# --- a lock the run waits for inside idem_purge (here an advisory lock taken
+# by a trigger): the run's lock_timeout ends it busy, not failed ---
+$node->safe_psql('d1', q{
+	CREATE FUNCTION wait_for_lock() RETURNS trigger LANGUAGE plpgsql
+	AS $$BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN OLD; END$$;
+	CREATE TRIGGER wait_for_lock BEFORE DELETE ON idempotency_records
+	FOR EACH ROW EXECUTE FUNCTION wait_for_lock();
+});
+$offset = -s $node->logfile;
+$locker = $node->background_psql('d1');
+$locker->query_safe('SELECT pg_advisory_lock(4242)');
+expire_key('d1', 'k2');
+for (my $i = 0; $i < 10 * $timeout && !$node->log_contains($busy_re, $offset); $i++)
+{
+	usleep(100_000);
+}
+is(count_in_log($node, $busy_re, $offset), 1, 'a run that times out on a lock is busy');
+ok(!$node->log_contains(qr/idempotency purge of database "d1" failed/, $offset),
+	'not a failed run');
+$offset = -s $node->logfile;
+$locker->query_safe('SELECT pg_advisory_unlock(4242)');
+ok(purged('d1', 'k2'), 'after the lock goes, the database is purged');
+$locker->quit;
+$node->safe_psql('d1', 'DROP TRIGGER wait_for_lock ON idempotency_records; DROP FUNCTION wait_for_lock()');
+
 # --- pg_terminate_backend of the launcher while its run takes long ---
 $node->safe_psql('d3', q{
 	CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql
