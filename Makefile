@@ -56,8 +56,9 @@ include $(PGXS)
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
 	cat $^ > $@
 
-# Every module includes the one shared header.
-$(OBJS): src/idempotency.h
+# Every module includes the one shared header; the version guards are in
+# src/pg_compat.h.
+$(OBJS): src/idempotency.h src/pg_compat.h
 
 src/version.o src/version.bc: src/.build_id Makefile
 src/.build_id: FORCE

@@ -76,6 +76,7 @@
 #include "utils/snapmgr.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_machines_changed);
 PG_FUNCTION_INFO_V1(idem_enforce_transition);
@@ -654,11 +655,11 @@ idem_machine_refresh(void)
 	static LocalTransactionId last_xact = InvalidLocalTransactionId;
 	TimestampTz statement = GetCurrentStatementStartTimestamp();
 
-	if (statement != last_statement || MyProc->lxid != last_xact)
+	if (statement != last_statement || IDEM_MY_LXID != last_xact)
 	{
 		AcceptInvalidationMessages();
 		last_statement = statement;
-		last_xact = MyProc->lxid;
+		last_xact = IDEM_MY_LXID;
 	}
 }
 
@@ -872,7 +873,7 @@ current_command(void)
 static bool
 note_is_current(const RowNote *note)
 {
-	return note->ncolumns > 0 && note->lxid == MyProc->lxid &&
+	return note->ncolumns > 0 && note->lxid == IDEM_MY_LXID &&
 		note->cid == current_command() && note->cid != InvalidCommandId;
 }
 
@@ -883,7 +884,7 @@ note_add(RowNote *note, int depth, Oid relid, ItemPointer tid, const char *colum
 	if (!note_is_current(note) || note->depth != depth || note->relid != relid ||
 		(tid != NULL && !ItemPointerEquals(&note->tid, tid)))
 	{
-		note->lxid = MyProc->lxid;
+		note->lxid = IDEM_MY_LXID;
 		note->cid = current_command();
 		note->depth = depth;
 		note->relid = relid;

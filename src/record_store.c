@@ -65,6 +65,7 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 	"processing", "succeeded", "failed", "unknown"
@@ -664,7 +665,7 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
 
 	slot = table_slot_create(heap, NULL);
-	scan = index_beginscan(heap, index, snapshot, 2, 0);
+	scan = idem_index_beginscan(heap, index, snapshot, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	rec->found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (rec->found)
@@ -692,7 +693,7 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 Oid
 idem_primary_key(Relation heap)
 {
-	Oid			pkey = RelationGetPrimaryKeyIndex(heap);
+	Oid			pkey = idem_primary_key_index(heap);
 
 	if (!OidIsValid(pkey))
 		ereport(ERROR,
@@ -742,7 +743,7 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key2));
 
 	slot = table_slot_create(heap, NULL);
-	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	scan = idem_index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{

@@ -78,6 +78,7 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_records_removed);
 PG_FUNCTION_INFO_V1(idem_records_truncated);
@@ -98,7 +99,7 @@ idem_removal_reuse_begin(IdemRemovalReuse *saved, text *scope, text *key, int64 
 	reuse.scope = scope;
 	reuse.key = key;
 	reuse.token = token;
-	reuse.lxid = MyProc->lxid;
+	reuse.lxid = IDEM_MY_LXID;
 }
 
 void
@@ -210,7 +211,7 @@ idem_records_removed(PG_FUNCTION_ARGS)
 		return PointerGetDatum(old);	/* NOT NULL: only a hand-made table */
 	epoch = DatumGetInt64(token) >> 32;
 
-	if (reuse.scope != NULL && reuse.lxid == MyProc->lxid &&
+	if (reuse.scope != NULL && reuse.lxid == IDEM_MY_LXID &&
 		reuse.token == DatumGetInt64(token))
 	{
 		bool		scope_null;
@@ -227,11 +228,11 @@ idem_records_removed(PG_FUNCTION_ARGS)
 		}
 	}
 
-	if (known_lxid != MyProc->lxid || known_cid != GetCurrentCommandId(false) ||
+	if (known_lxid != IDEM_MY_LXID || known_cid != GetCurrentCommandId(false) ||
 		epoch >= known_epoch)
 	{
 		known_epoch = epoch_now(objects->token_epoch);
-		known_lxid = MyProc->lxid;
+		known_lxid = IDEM_MY_LXID;
 		known_cid = GetCurrentCommandId(false);
 	}
 	if (epoch >= known_epoch)

@@ -52,6 +52,7 @@
 #include "utils/syscache.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_transition_text);
 PG_FUNCTION_INFO_V1(idem_transition_array);
@@ -104,7 +105,7 @@ plan_signature(Relation rel, AttrNumber attnum, PlanSignature *signature)
 	namestrcpy(&signature->column, NameStr(att->attname));
 	signature->column_type = att->atttypid;
 	signature->column_typmod = att->atttypmod;
-	signature->pkey = RelationGetPrimaryKeyIndex(rel);
+	signature->pkey = idem_primary_key_index(rel);
 }
 
 /* The enforcing trigger of rel for state_column (or the only one). */
@@ -147,7 +148,7 @@ find_attachment(Relation rel, Oid enforce_fn, const char *state_column)
 static int
 append_key_condition(StringInfo buf, Relation rel, int first_param)
 {
-	Oid			pk_oid = RelationGetPrimaryKeyIndex(rel);
+	Oid			pk_oid = idem_primary_key_index(rel);
 	Relation	index;
 	int			nkeys;
 

@@ -54,6 +54,7 @@
 #include "utils/rel.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 #ifndef IDEM_LIBRARY_VERSION
 #error "IDEM_LIBRARY_VERSION must be defined by the Makefile"
@@ -124,7 +125,7 @@ idem_version_check(Oid fn_oid)
 	{
 		if (strcmp(version, supported_sql_versions[i]) != 0)
 			continue;
-		if (!warned && !IsBackgroundWorker)
+		if (!warned && !IDEM_AM_BACKGROUND_WORKER())
 			ereport(WARNING,
 					(errcode(ERRCODE_WARNING),
 					 errmsg("extension \"idempotency\" is at version \"%s\", older than its library (version \"%s\")",

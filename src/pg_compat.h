@@ -1,0 +1,68 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_compat.h
+ *		Every PostgreSQL major-version difference the extension's C code
+ *		meets, in one place.  Supported: 15, 17, 18.
+ *
+ * Each entry names the version that changed the API; the rest of the code
+ * uses only the idem_ / IDEM_ names below, never PG_VERSION_NUM.  The
+ * macros expand at their use, so a file includes the PostgreSQL header the
+ * expansion needs (storage/proc.h, miscadmin.h, access/genam.h,
+ * utils/relcache.h) as it did before.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_PG_COMPAT_H
+#define IDEM_PG_COMPAT_H
+
+#include "postgres.h"
+
+#if PG_VERSION_NUM < 150000
+#error "idempotency needs PostgreSQL 15 or later"
+#endif
+
+/*
+ * 17 moved the backend's local transaction id into PGPROC.vxid (with the
+ * proc number), so that a VirtualTransactionId can be read as one struct.
+ */
+#if PG_VERSION_NUM >= 170000
+#define IDEM_MY_LXID	(MyProc->vxid.lxid)
+#else
+#define IDEM_MY_LXID	(MyProc->lxid)
+#endif
+
+/*
+ * 17 removed the IsBackgroundWorker flag; the backend type says the same
+ * (parallel workers are background workers in both).
+ */
+#if PG_VERSION_NUM >= 170000
+#define IDEM_AM_BACKGROUND_WORKER()	AmBackgroundWorkerProcess()
+#else
+#define IDEM_AM_BACKGROUND_WORKER()	(IsBackgroundWorker)
+#endif
+
+/*
+ * 18 gave index_beginscan an IndexScanInstrumentation argument (for
+ * EXPLAIN's index search counts); the extension's scans are not
+ * instrumented.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define idem_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * 18's relcache also remembers a deferrable primary key, and
+ * RelationGetPrimaryKeyIndex returns it only when asked (deferrable_ok).
+ * Before 18 a deferrable primary key was never returned: false keeps that.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_primary_key_index(rel)	RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define idem_primary_key_index(rel)	RelationGetPrimaryKeyIndex(rel)
+#endif
+
+#endif							/* IDEM_PG_COMPAT_H */
