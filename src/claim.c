@@ -6,7 +6,7 @@
  * A claim reads the record first (idem_store_fetch: a primary-key lookup
  * without the executor where privileges allow), so a replay costs one index
  * probe and writes nothing.  That read takes RowExclusiveLock on the table
- * (where the caller may insert, and not on a hot standby), the lock its
+ * (where the caller may insert; a hot standby grants it too), the lock its
  * writes need: asking for it only after reading under AccessShareLock would
  * deadlock with REINDEX TABLE, which holds ShareLock on the table while it
  * waits for the index.  Only when the key must change hands does it write:

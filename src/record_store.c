@@ -45,7 +45,6 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
@@ -467,8 +466,9 @@ idem_check_record_shape(TupleDesc desc)
 
 /*
  * Return rec as a row of rsinfo's materialized result, whose row type is
- * idempotency_records: checked first, then filled up with NULL for the
- * dropped attributes it may have after the extension's columns.
+ * idempotency_records, filled up with NULL for the dropped attributes it may
+ * have after the extension's columns.  The caller has checked the row type
+ * with idem_check_record_shape before reading.
  */
 void
 idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec)
@@ -477,7 +477,7 @@ idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec)
 	Datum	   *values = rec->values;
 	bool	   *nulls = rec->nulls;
 
-	idem_check_record_shape(desc);
+	Assert(desc->natts >= IDEM_NUM_COLUMNS);
 	if (desc->natts > IDEM_NUM_COLUMNS)
 	{
 		values = palloc(sizeof(Datum) * desc->natts);
@@ -608,14 +608,14 @@ direct_read_allowed(AclMode *held)
  * deadlocks with REINDEX TABLE, which takes ShareLock on the table (granted
  * beside our AccessShareLock) and then waits for AccessExclusiveLock on the
  * index we are reading.  So a writer takes its write lock first, when it may
- * write (its INSERT would need the privilege anyway) and can (not on a hot
- * standby, where a claim may still replay).
+ * write (its INSERT would need the privilege anyway).  A hot standby grants
+ * RowExclusiveLock too (only stronger modes are refused in recovery), so a
+ * claim that only replays still works there.
  */
 static LOCKMODE
 read_lock(bool for_write, AclMode held)
 {
-	return for_write && (held & ACL_INSERT) != 0 && !RecoveryInProgress() ?
-		RowExclusiveLock : AccessShareLock;
+	return for_write && (held & ACL_INSERT) != 0 ? RowExclusiveLock : AccessShareLock;
 }
 
 /*
