@@ -2,12 +2,49 @@
 # needs, build and install the extension, start and stop throwaway clusters.
 # Works as root (clusters run as the postgres user) or as a user with sudo.
 
-IDEM_PG_MAJOR=15
-IDEM_PACKAGES="make gcc postgresql-$IDEM_PG_MAJOR postgresql-server-dev-$IDEM_PG_MAJOR postgresql-$IDEM_PG_MAJOR-repack
-    postgresql-$IDEM_PG_MAJOR-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl"
+# The PostgreSQL major version under test: 15 from the host's packages (the
+# default), 17 or 18 in a chroot (chroot.sh); "--pg N" sets it per run.
+IDEM_PG_MAJOR=${IDEM_PG_MAJOR:-15}
+IDEM_HOST_PG_MAJOR=15
+# idem_packages MAJOR: the Debian packages the build and the tests need.
+idem_packages() {
+    echo "make gcc postgresql-$1 postgresql-server-dev-$1 postgresql-$1-repack" \
+        "postgresql-$1-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl"
+}
+IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 idem_log() { printf '== %s\n' "$*" >&2; }
+
+. "$IDEM_ROOT/test/chroot.sh"
+
+# idem_dispatch SCRIPT ARGS...: the start of every script that takes "--pg N".
+# Sets IDEM_PG_MAJOR and leaves the other arguments in IDEM_ARGS; for a major
+# version the host does not have, runs SCRIPT (its path in the checkout) with
+# them in that version's chroot instead and exits with its status.
+idem_dispatch() {
+    local script=$1
+    shift
+    IDEM_ARGS=()
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --pg) [ $# -ge 2 ] || { idem_log "--pg needs a version: 15, 17 or 18"; exit 2; }
+                  IDEM_PG_MAJOR=$2; shift 2 ;;
+            --pg=*) IDEM_PG_MAJOR=${1#--pg=}; shift ;;
+            *) IDEM_ARGS+=("$1"); shift ;;
+        esac
+    done
+    case $IDEM_PG_MAJOR in
+        15|17|18) ;;
+        *) idem_log "PostgreSQL $IDEM_PG_MAJOR is not supported: 15, 17 and 18 are"; exit 2 ;;
+    esac
+    IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
+    if [ "$IDEM_PG_MAJOR" != "$IDEM_HOST_PG_MAJOR" ] && [ -z "${IDEM_IN_CHROOT:-}" ]; then
+        local rc=0
+        idem_in_chroot "$IDEM_PG_MAJOR" "$script" "${IDEM_ARGS[@]}" || rc=$?
+        exit $rc
+    fi
+}
 
 # Run a command as root (directly, or through sudo).
 idem_as_root() {

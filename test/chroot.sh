@@ -1,0 +1,131 @@
+# PostgreSQL 17 and 18 for the tests on a Debian 12 machine, sourced by lib.sh.
+#
+# Debian 12 ships PostgreSQL 15 only.  Debian's own binary packages of 17
+# (trixie) and 18 (sid) need their release's glibc, so each major version runs
+# in a chroot of the release that ships it, made with debootstrap from the
+# machine's own Debian archive (read from its apt sources, never written here)
+# and cached under IDEM_CACHE between runs.  A script given "--pg 17" copies the
+# checkout into the chroot and runs itself there: inside, the chroot is a
+# Debian machine whose packaged PostgreSQL is 17, so the same script builds,
+# installs and tests with the chroot's gcc, PGXS and servers.  /proc is
+# mounted only while a run is inside; one run at a time per chroot (a lock),
+# since each installs the extension into the chroot's PostgreSQL.
+
+IDEM_CACHE=${IDEM_CACHE:-/var/cache/idempotency}
+# Bump to rebuild every cached chroot (a change of what idem_chroot_make does).
+IDEM_CHROOT_FORMAT=1
+
+# idem_chroot_suite MAJOR: the Debian release whose packages are MAJOR.
+idem_chroot_suite() {
+    case $1 in
+        17) echo trixie ;;
+        18) echo sid ;;
+        *) return 1 ;;
+    esac
+}
+
+# The machine's Debian archive: the first URIs of its deb822 sources, or the
+# first "deb" line of a one-line sources.list.
+idem_debian_archive() {
+    local uri
+    uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' \
+        /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)
+    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $0 !~ /security/ {
+            for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) { print $i; exit } }' \
+        /etc/apt/sources.list 2>/dev/null)
+    [ -n "$uri" ] || { idem_log "no Debian archive found in /etc/apt/sources*"; return 1; }
+    echo "$uri"
+}
+
+# idem_chroot_make SUITE DIR: debootstrap SUITE into DIR (replacing whatever
+# is there), with what every build needs.  A stamp written last marks it done.
+idem_chroot_make() {
+    local suite=$1 dir=$2 archive started
+    archive=$(idem_debian_archive)
+    started=$(date +%s)
+    idem_log "making the $suite chroot in $dir (debootstrap --variant=minbase)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    debootstrap --variant=minbase "$suite" "$dir" "$archive" >"$dir.debootstrap.log" 2>&1 ||
+        { tail -20 "$dir.debootstrap.log" >&2; return 1; }
+    # sid's Release files may be older than their Valid-Until on a mirror.
+    [ "$suite" = sid ] &&
+        echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/99idempotency"
+    printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-exclude /usr/share/man/*' \
+        'path-exclude /usr/share/locale/*' >"$dir/etc/dpkg/dpkg.cfg.d/99idempotency"
+    cp /etc/resolv.conf "$dir/etc/resolv.conf"
+    idem_chroot_exec "$dir" sh -c 'apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            make gcc libc6-dev ca-certificates >/dev/null' || return 1
+    echo "$IDEM_CHROOT_FORMAT" >"$dir/.idempotency-chroot"
+    idem_log "the $suite chroot took $(( $(date +%s) - started )) s"
+}
+
+# idem_chroot_exec DIR CMD...: run CMD in the chroot with /proc mounted,
+# unmounting it afterwards (and ending what the command left running there).
+idem_chroot_exec() {
+    local dir=$1 rc=0
+    shift
+    mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
+    chroot "$dir" "$@" || rc=$?
+    idem_chroot_end_processes "$dir"
+    umount "$dir/proc" 2>/dev/null || umount -l "$dir/proc"
+    return $rc
+}
+
+# idem_chroot_end_processes DIR: terminate, then kill, the processes whose
+# root is DIR (a server a killed test left behind), so /proc can go.
+idem_chroot_end_processes() {
+    local dir sig pid left
+    dir=$(realpath "$1")
+    for sig in TERM KILL; do
+        left=
+        for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+            [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$dir" ] || continue
+            kill -s "$sig" "$pid" 2>/dev/null && left=1
+        done
+        [ -n "$left" ] || return 0
+        sleep 2
+    done
+}
+
+# idem_in_chroot MAJOR SCRIPT ARGS...: run SCRIPT (a path inside the checkout)
+# with ARGS in the chroot of MAJOR, making the chroot first if it is missing.
+# Every IDEM_* and BENCH_* variable goes along; benchmark results come back.
+idem_in_chroot() {
+    local major=$1 script=$2 suite dir copy rc=0 vars
+    shift 2
+    suite=$(idem_chroot_suite "$major") ||
+        { idem_log "PostgreSQL $major is not supported (15, 17 and 18 are)"; return 2; }
+    [ "$(id -u)" -eq 0 ] || { idem_log "--pg $major needs root (chroot)"; return 2; }
+    command -v debootstrap >/dev/null || IDEM_PACKAGES="debootstrap" idem_install_packages
+    dir=$IDEM_CACHE/$suite
+    mkdir -p "$IDEM_CACHE"
+    exec 9>"$IDEM_CACHE/$suite.lock"
+    flock 9
+    [ "$(cat "$dir/.idempotency-chroot" 2>/dev/null)" = "$IDEM_CHROOT_FORMAT" ] ||
+        idem_chroot_make "$suite" "$dir" || { exec 9>&-; return 1; }
+    copy=$dir/build/idempotency
+    rm -rf "$copy"
+    mkdir -p "$copy"
+    if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+        (cd "$IDEM_ROOT" && git ls-files -co --exclude-standard -z |
+            xargs -0 cp --parents -t "$copy" 2>/dev/null || true)
+        git -C "$IDEM_ROOT" describe --always --dirty >"$copy/src/.build_id" 2>/dev/null || true
+    else
+        cp -a "$IDEM_ROOT/." "$copy"
+    fi
+    vars=$(env | grep -E '^(IDEM|BENCH)_[A-Z0-9_]*=' | grep -vE '^IDEM_(ROOT|PACKAGES|PG_BINDIR|CACHE)=' || true)
+    idem_log "PostgreSQL $major: running $script in the $suite chroot ($dir)"
+    local -a envs=()
+    while IFS= read -r line; do [ -n "$line" ] && envs+=("$line"); done <<<"$vars"
+    idem_chroot_exec "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        LANG=C.UTF-8 TERM=dumb "${envs[@]}" IDEM_PG_MAJOR="$major" IDEM_IN_CHROOT=1 \
+        bash "/build/idempotency/$script" "$@" || rc=$?
+    if [ -d "$copy/test/bench/results" ]; then
+        mkdir -p "$IDEM_ROOT/test/bench/results"
+        cp -a -n "$copy/test/bench/results/." "$IDEM_ROOT/test/bench/results/"
+    fi
+    exec 9>&-
+    return $rc
+}
