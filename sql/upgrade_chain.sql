@@ -18,7 +18,8 @@ SELECT outcome, token FROM idem_claim('chain', '\x01', '1 hour');
 
 ALTER EXTENSION idempotency UPDATE TO '0.2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
-SELECT sql_version, library_version, build_id <> '' AS has_build_id, postgresql_major
+SELECT sql_version, library_version, build_id <> '' AS has_build_id,
+       postgresql_major = current_setting('server_version_num')::int / 10000 AS this_server
 FROM idem_version();
 -- ENABLE ALWAYS (A): they fire with session_replication_role = replica too
 SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'idempotency_records'::regclass AND NOT tgisinternal ORDER BY 1;

@@ -94,7 +94,7 @@ sub top_used
 	for (my $i = 0; $i < 300; $i++)
 	{
 		my $log = slurp_file($node->logfile, $from);
-		return $1 if $log =~ /\[$pid\] LOG:  level: 0; TopMemoryContext: .* (\d+) used/;
+		return $1 if $log =~ /\[$pid\] LOG:  level: \d+; TopMemoryContext: .* (\d+) used/;
 		usleep(100_000);
 	}
 	return undef;

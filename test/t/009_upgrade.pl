@@ -158,8 +158,10 @@ is( $node->safe_psql('upgraded', q{
 ($ret, $out, $err) = $node->psql('upgraded', q{SELECT count(*) FROM idem_lookup('done')});
 is($err, '', 'after the update no warning');
 is( $node->safe_psql('upgraded',
-		q{SELECT sql_version = library_version, build_id <> '', postgresql_major FROM idem_version()}),
-	't|t|15', 'idem_version(): the SQL objects and the library agree');
+		q{SELECT sql_version = library_version, build_id <> '',
+		         postgresql_major = current_setting('server_version_num')::int / 10000
+		    FROM idem_version()}),
+	't|t|t', 'idem_version(): the SQL objects and the library agree');
 
 # Machines still enforce and log; tenants are still isolated.
 ($ret, $out, $err) = $node->psql('upgraded', q{UPDATE payments SET status = 'REFUNDED' WHERE id = 'p2'});
