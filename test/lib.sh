@@ -127,6 +127,7 @@ idem_source_build_locked() {
     idem_as_root rm -rf "$cache"
     idem_as_root mkdir -p "$cache/apt/sources" "$cache/apt/state/lists/partial" \
         "$cache/apt/cache/archives/partial" "$cache/download"
+    idem_as_root chown -R "$(id -u):$(id -g)" "$cache"
     printf '%s\n' 'Types: deb-src' "URIs: $uri" 'Suites: sid' 'Components: main' \
         'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
         idem_as_root tee "$cache/apt/sources/sid.sources" >/dev/null
@@ -138,9 +139,11 @@ idem_source_build_locked() {
         (cd "$cache/download" && idem_as_root apt-get "${apt_opts[@]}" source --download-only \
             "postgresql-$major" >>"$cache/build.log" 2>&1) ||
         { idem_log "download failed, see $cache/build.log"; return 1; }
+    # The build runs as the calling user (root, or a user with sudo).
+    idem_as_root chown -R "$(id -u):$(id -g)" "$cache"
     # The upstream tarball inside it (Debian's packaging patches are not needed).
-    idem_as_root mkdir -p "$cache/source"
-    idem_as_root tar -xf "$cache"/download/postgresql-"$major"_*.orig.tar.* -C "$cache/source" \
+    mkdir -p "$cache/source"
+    tar -xf "$cache"/download/postgresql-"$major"_*.orig.tar.* -C "$cache/source" \
         --strip-components=1 || return 1
     idem_log "PostgreSQL $major: configure, make, make install (a few minutes)"
     (
@@ -149,7 +152,7 @@ idem_source_build_locked() {
         make -j"$(nproc)" && make install
     ) >>"$cache/build.log" 2>&1 || { idem_log "build failed, see $cache/build.log"; return 1; }
     idem_as_root rm -rf "$cache/apt"
-    idem_as_root touch "$cache/stamp"
+    touch "$cache/stamp"
     idem_log "PostgreSQL $major built in $((SECONDS - started)) s: $prefix"
     echo "$prefix"
 }
