@@ -129,3 +129,89 @@ idem_cluster_stop() {
         >/dev/null 2>&1 || true
     IDEM_CLUSTER_DIR=
 }
+
+# idem_source_build MAJOR: a build of PostgreSQL MAJOR from Debian's source
+# package (sid's; Debian 12 has no binaries of newer majors that run on the
+# host), installed in a prefix of its own under /var/cache/idempotency and
+# kept there: a second call only echoes the prefix.  The stamp file is
+# written last, so an interrupted build is redone from the start.  Progress
+# on stderr; the prefix on stdout; the build's output in build.log there.
+# Used where two majors must be on one filesystem (pg_upgrade, TAP 012).
+# Two callers at once (two checkouts' test/run) take turns on a lock file.
+idem_source_build() {
+    local lock=/var/cache/idempotency/src-$1.lock
+    idem_as_root mkdir -p /var/cache/idempotency
+    idem_as_root touch "$lock" && idem_as_root chmod 666 "$lock"
+    (
+        flock 9 || exit 1
+        idem_source_build_locked "$1"
+    ) 9>>"$lock"
+}
+
+idem_source_build_locked() {
+    local major=$1 cache=/var/cache/idempotency/src-$1 uri apt_opts started
+    local prefix=$cache/install
+    if [ -f "$cache/stamp" ]; then echo "$prefix"; return 0; fi
+    started=$SECONDS
+    idem_install_packages bison flex libreadline-dev zlib1g-dev libipc-run-perl dpkg-dev || return 1
+    # The archive this machine already uses, read at run time.
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        uri=$(awk '$1 == "URIs:" && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources)
+    else
+        uri=$(awk '$1 == "deb" && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
+    fi
+    [ -n "$uri" ] || { idem_log "no Debian archive in the apt sources"; return 1; }
+    idem_as_root rm -rf "$cache"
+    idem_as_root mkdir -p "$cache/apt/sources" "$cache/apt/state/lists/partial" \
+        "$cache/apt/cache/archives/partial" "$cache/download"
+    idem_as_root chown -R "$(id -u):$(id -g)" "$cache"
+    printf '%s\n' 'Types: deb-src' "URIs: $uri" 'Suites: sid' 'Components: main' \
+        'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
+        idem_as_root tee "$cache/apt/sources/sid.sources" >/dev/null
+    # A private apt: its own sources, lists and cache; the system's untouched.
+    apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$cache/apt/sources"
+        -o "Dir::State=$cache/apt/state" -o "Dir::Cache=$cache/apt/cache")
+    idem_log "PostgreSQL $major: downloading Debian's source package (sid)"
+    idem_as_root apt-get "${apt_opts[@]}" update -qq >"$cache/build.log" 2>&1 &&
+        (cd "$cache/download" && idem_as_root apt-get "${apt_opts[@]}" source --download-only \
+            "postgresql-$major" >>"$cache/build.log" 2>&1) ||
+        { idem_log "download failed, see $cache/build.log"; return 1; }
+    # The build runs as the calling user (root, or a user with sudo).
+    idem_as_root chown -R "$(id -u):$(id -g)" "$cache"
+    # The upstream tarball inside it (Debian's packaging patches are not needed).
+    mkdir -p "$cache/source"
+    tar -xf "$cache"/download/postgresql-"$major"_*.orig.tar.* -C "$cache/source" \
+        --strip-components=1 || return 1
+    idem_log "PostgreSQL $major: configure, make, make install (a few minutes)"
+    (
+        cd "$cache/source" &&
+        ./configure --prefix="$prefix" --enable-tap-tests --without-icu &&
+        make -j"$(nproc)" && make install
+    ) >>"$cache/build.log" 2>&1 || { idem_log "build failed, see $cache/build.log"; return 1; }
+    idem_as_root rm -rf "$cache/apt"
+    touch "$cache/stamp"
+    idem_log "PostgreSQL $major built in $((SECONDS - started)) s: $prefix"
+    echo "$prefix"
+}
+
+# idem_build_install_into PREFIX: build the extension with PREFIX's pg_config
+# and install it there.  The build runs in a temporary copy of this tree
+# (its tracked and untracked files, not the ignored ones), so that the object
+# files of the checkout's own build are not mixed with another major's; the
+# copy reports the checkout's build id.
+idem_build_install_into() {
+    local prefix=$1 tmp id
+    tmp=$(mktemp -d /tmp/idempotency-build.XXXXXX)
+    idem_log "building and installing the extension into $prefix"
+    (cd "$IDEM_ROOT" && git -c safe.directory="$IDEM_ROOT" ls-files -co --exclude-standard -z |
+        xargs -0 -I{} sh -c '[ -e "$1" ] && printf "%s\0" "$1"' _ {} |
+        tar --null -T - -cf -) | tar -xf - -C "$tmp" || { rm -rf "$tmp"; return 1; }
+    id=$(git -c safe.directory="$IDEM_ROOT" -C "$IDEM_ROOT" describe --always --dirty 2>/dev/null ||
+        cat "$IDEM_ROOT/src/.build_id" 2>/dev/null || true)
+    [ -n "$id" ] && echo "$id" >"$tmp/src/.build_id"
+    make -C "$tmp" -s PG_CONFIG="$prefix/bin/pg_config" >/dev/null &&
+        idem_as_root make -C "$tmp" -s PG_CONFIG="$prefix/bin/pg_config" install >/dev/null
+    local rc=$?
+    rm -rf "$tmp"
+    return $rc
+}
