@@ -132,15 +132,15 @@ idem_cluster_stop() {
 
 # idem_source_build MAJOR: a build of PostgreSQL MAJOR from Debian's source
 # package (sid's; Debian 12 has no binaries of newer majors that run on the
-# host), installed in a prefix of its own under /var/cache/idempotency and
+# host), installed in a prefix of its own under IDEM_CACHE and
 # kept there: a second call only echoes the prefix.  The stamp file is
 # written last, so an interrupted build is redone from the start.  Progress
 # on stderr; the prefix on stdout; the build's output in build.log there.
 # Used where two majors must be on one filesystem (pg_upgrade, TAP 012).
 # Two callers at once (two checkouts' test/run) take turns on a lock file.
 idem_source_build() {
-    local lock=/var/cache/idempotency/src-$1.lock
-    idem_as_root mkdir -p /var/cache/idempotency
+    local lock=$IDEM_CACHE/src-$1.lock
+    idem_as_root mkdir -p "$IDEM_CACHE"
     idem_as_root touch "$lock" && idem_as_root chmod 666 "$lock"
     (
         flock 9 || exit 1
@@ -149,18 +149,12 @@ idem_source_build() {
 }
 
 idem_source_build_locked() {
-    local major=$1 cache=/var/cache/idempotency/src-$1 uri apt_opts started
+    local major=$1 cache=$IDEM_CACHE/src-$1 uri apt_opts started
     local prefix=$cache/install
     if [ -f "$cache/stamp" ]; then echo "$prefix"; return 0; fi
     started=$SECONDS
     idem_install_packages bison flex libreadline-dev zlib1g-dev libipc-run-perl dpkg-dev || return 1
-    # The archive this machine already uses, read at run time.
-    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-        uri=$(awk '$1 == "URIs:" && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources)
-    else
-        uri=$(awk '$1 == "deb" && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null)
-    fi
-    [ -n "$uri" ] || { idem_log "no Debian archive in the apt sources"; return 1; }
+    uri=$(idem_debian_archive) || return 1
     idem_as_root rm -rf "$cache"
     idem_as_root mkdir -p "$cache/apt/sources" "$cache/apt/state/lists/partial" \
         "$cache/apt/cache/archives/partial" "$cache/download"
