@@ -229,6 +229,14 @@ idem_worker_preload(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = worker_shmem_startup;
 
+	/*
+	 * pg_upgrade starts the old and the new server in binary-upgrade mode,
+	 * where nothing but pg_upgrade may write (it turns autovacuum off for
+	 * that reason): no launcher there, as pg_cron does.
+	 */
+	if (IsBinaryUpgrade)
+		return;
+
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	/* also on a hot standby, to say once that it does not purge there */

@@ -217,8 +217,19 @@ my $cwd = getcwd();
 chdir(PostgreSQL::Test::Utils::tempdir());
 $new->command_like([ @upgrade, '--check' ], qr/\*Clusters are compatible\*/,
 	'pg_upgrade --check: the clusters are compatible');
-$new->command_ok(\@upgrade, 'pg_upgrade from 15 to 18');
+$new->command_ok([ @upgrade, '--retain' ], 'pg_upgrade from 15 to 18');
 chdir($cwd);
+
+# pg_upgrade ran both servers in binary-upgrade mode, where the purge launcher
+# must not start (it would write while pg_upgrade dumps and restores).  The
+# servers' log is kept by --retain under the new data directory.
+my @server_logs = glob($new->data_dir . '/pg_upgrade_output.d/*/log/pg_upgrade_server.log');
+is(scalar(@server_logs), 1, "pg_upgrade's server log is kept");
+my $upgrade_log = @server_logs ? slurp_file($server_logs[0]) : '';
+like($upgrade_log, qr/database system is ready to accept connections/,
+	"the log holds the servers' runs");
+unlike($upgrade_log, qr/idempotency purge/,
+	'no purge launcher or run in the binary-upgrade servers');
 
 # 3. PostgreSQL 18 ------------------------------------------------------------------------------
 $new->start;
