@@ -13,7 +13,7 @@
 
 IDEM_CACHE=${IDEM_CACHE:-/var/cache/idempotency}
 # Bump to rebuild every cached chroot (a change of what idem_chroot_make does).
-IDEM_CHROOT_FORMAT=1
+IDEM_CHROOT_FORMAT=2
 
 # idem_chroot_suite MAJOR: the Debian release whose packages are MAJOR.
 idem_chroot_suite() {
@@ -48,9 +48,14 @@ idem_chroot_make() {
     mkdir -p "$dir"
     debootstrap --variant=minbase "$suite" "$dir" "$archive" >"$dir.debootstrap.log" 2>&1 ||
         { tail -20 "$dir.debootstrap.log" >&2; return 1; }
-    # sid's Release files may be older than their Valid-Until on a mirror.
+    # Only what is asked for (no mail server, no systemd), and no service
+    # started by a package's installation.  sid's Release files may be older
+    # than their Valid-Until on a mirror.
+    echo 'APT::Install-Recommends "false";' >"$dir/etc/apt/apt.conf.d/99idempotency"
     [ "$suite" = sid ] &&
-        echo 'Acquire::Check-Valid-Until "false";' >"$dir/etc/apt/apt.conf.d/99idempotency"
+        echo 'Acquire::Check-Valid-Until "false";' >>"$dir/etc/apt/apt.conf.d/99idempotency"
+    printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
+    chmod 755 "$dir/usr/sbin/policy-rc.d"
     printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-exclude /usr/share/man/*' \
         'path-exclude /usr/share/locale/*' >"$dir/etc/dpkg/dpkg.cfg.d/99idempotency"
     cp /etc/resolv.conf "$dir/etc/resolv.conf"

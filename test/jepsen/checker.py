@@ -61,6 +61,7 @@ import random
 import sys
 import threading
 import time
+import traceback
 
 import psycopg
 from psycopg import errors as pgerr
@@ -382,6 +383,17 @@ class Client:
                 self.n["connections_lost"] += 1
                 self.retry = intent
                 self.drop()
+            except ValueError:
+                # psycopg 3.2 (Debian 13 and later) unpacks the reply to the
+                # PREPARE of a statement's fifth execution as exactly one
+                # result; a backend terminated right then sends two (its
+                # error, then the end), and the statement was never run.
+                # That is a lost connection; on a live one, a checker bug.
+                if self.conn is None or self.conn.pgconn.status == psycopg.pq.ConnStatus.OK:
+                    raise
+                self.n["connections_lost"] += 1
+                self.retry = intent
+                self.drop()
             except psycopg.Error as e:
                 self.n["unexpected_errors"] += 1
                 if len(self.unexpected) < 5:
@@ -580,7 +592,9 @@ def client_main(cid, args, shared, histdir, deadline, out):
         c.run(deadline)
     except Exception as e:                               # a bug of the checker itself
         c.n["client_crashes"] += 1
-        c.unexpected.append("client %d crashed: %r" % (cid, e))
+        c.unexpected.append("client %d crashed: %r at %s" % (
+            cid, e, " < ".join("%s:%d" % (f.name, f.lineno)
+                               for f in reversed(traceback.extract_tb(e.__traceback__)))))
     out.put((cid, dict(c.n), c.unexpected))
 
 
