@@ -24,28 +24,51 @@ idem_chroot_suite() {
     esac
 }
 
-# The machine's Debian archive: the first URIs of its deb822 sources, or the
-# first "deb" line of a one-line sources.list.
+# The machine's Debian archive: the URI of the Debian entry of its apt
+# sources for its own release (deb822 .sources, or a one-line sources.list),
+# so that another vendor's repository listed first is not taken.  A
+# "mirror+file:" URI names a file of mirrors: the first one is used.
 idem_debian_archive() {
-    local uri
-    uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' \
-        /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -1)
-    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $0 !~ /security/ {
-            for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) { print $i; exit } }' \
-        /etc/apt/sources.list 2>/dev/null)
-    [ -n "$uri" ] || { idem_log "no Debian archive found in /etc/apt/sources*"; return 1; }
-    echo "$uri"
+    local codename uri
+    codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v cn="$codename" '
+        BEGIN { RS = ""; FS = "\n" }
+        {
+            types = uris = suites = ""; enabled = "yes"
+            for (i = 1; i <= NF; i++) {
+                key = tolower($i); sub(/:.*/, "", key)
+                val = $i; sub(/^[^:]*:[ \t]*/, "", val)
+                if (key == "types") types = val
+                else if (key == "uris") uris = val
+                else if (key == "suites") suites = val
+                else if (key == "enabled") enabled = tolower(val)
+            }
+            if (enabled != "no" && (" " types " ") ~ / deb / && (" " suites " ") ~ (" " cn " ")) {
+                split(uris, u, " "); print u[1]; exit
+            }
+        }')
+    [ -n "$uri" ] || uri=$(awk -v cn="$codename" '$1 == "deb" {
+            for (i = 2; i < NF; i++) if ($i ~ /:\/\//) { if ($(i + 1) == cn) { print $i; exit } break }
+        }' /etc/apt/sources.list 2>/dev/null)
+    case $uri in
+        mirror+file:*) uri=$(grep -m1 -vE '^[[:space:]]*(#|$)' "${uri#mirror+file:}" | awk '{ print $1 }') ;;
+        mirror+*) uri=${uri#mirror+} ;;
+    esac
+    [ -n "$uri" ] || { idem_log "no Debian archive for $codename in /etc/apt/sources*"; return 1; }
+    echo "${uri%/}"
 }
 
 # idem_chroot_make SUITE DIR: debootstrap SUITE into DIR (replacing whatever
 # is there), with what every build needs.  A stamp written last marks it done.
 idem_chroot_make() {
     local suite=$1 dir=$2 archive started
-    archive=$(idem_debian_archive)
     started=$(date +%s)
+    archive=$(idem_debian_archive) || return 1
     idem_log "making the $suite chroot in $dir (debootstrap --variant=minbase)"
-    rm -rf "$dir"
-    mkdir -p "$dir"
+    # An interrupted make may have left /proc (or debootstrap's /sys) mounted.
+    awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
+        xargs -r -n1 umount -l
+    rm -rf --one-file-system "$dir" && mkdir -p "$dir" || return 1
     debootstrap --variant=minbase "$suite" "$dir" "$archive" >"$dir.debootstrap.log" 2>&1 ||
         { tail -20 "$dir.debootstrap.log" >&2; return 1; }
     # Only what is asked for (no mail server, no systemd), and no service
@@ -67,16 +90,18 @@ idem_chroot_make() {
 }
 
 # idem_chroot_exec DIR CMD...: run CMD in the chroot with /proc mounted,
-# unmounting it afterwards (and ending what the command left running there).
-idem_chroot_exec() {
-    local dir=$1 rc=0
+# unmounting it afterwards and ending what the command left running there,
+# also when the run is interrupted.  The command does not inherit the lock
+# (fd 9): a server it leaves behind must not hold it.
+idem_chroot_exec() (
+    dir=$1
     shift
-    mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc"
-    chroot "$dir" "$@" || rc=$?
-    idem_chroot_end_processes "$dir"
-    umount "$dir/proc" 2>/dev/null || umount -l "$dir/proc"
-    return $rc
-}
+    trap 'idem_chroot_end_processes "$dir"; umount "$dir/proc" 2>/dev/null || umount -l "$dir/proc" 2>/dev/null' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc" || exit 1
+    chroot "$dir" "$@" 9>&-
+)
 
 # idem_chroot_end_processes DIR: terminate, then kill, the processes whose
 # root is DIR (a server a killed test left behind), so /proc can go.
@@ -98,34 +123,48 @@ idem_chroot_end_processes() {
 # with ARGS in the chroot of MAJOR, making the chroot first if it is missing.
 # Every IDEM_* and BENCH_* variable goes along; benchmark results come back.
 idem_in_chroot() {
-    local major=$1 script=$2 suite dir copy rc=0 vars
+    local major=$1 script=$2 suite dir copy rc=0
     shift 2
     suite=$(idem_chroot_suite "$major") ||
         { idem_log "PostgreSQL $major is not supported (15, 17 and 18 are)"; return 2; }
     [ "$(id -u)" -eq 0 ] || { idem_log "--pg $major needs root (chroot)"; return 2; }
     command -v debootstrap >/dev/null || IDEM_PACKAGES="debootstrap" idem_install_packages
     dir=$IDEM_CACHE/$suite
-    mkdir -p "$IDEM_CACHE"
-    exec 9>"$IDEM_CACHE/$suite.lock"
-    flock 9
+    mkdir -p "$IDEM_CACHE" || return 1
+    exec 9>"$IDEM_CACHE/$suite.lock" || return 1
+    if ! flock -w 3600 9; then
+        idem_log "the $suite chroot stayed locked for an hour ($IDEM_CACHE/$suite.lock)"
+        exec 9>&-
+        return 1
+    fi
     [ "$(cat "$dir/.idempotency-chroot" 2>/dev/null)" = "$IDEM_CHROOT_FORMAT" ] ||
         idem_chroot_make "$suite" "$dir" || { exec 9>&-; return 1; }
+    # A fresh copy of the checkout (its tracked and untracked files, none of
+    # its build products), and an empty /tmp, each run.
     copy=$dir/build/idempotency
-    rm -rf "$copy"
-    mkdir -p "$copy"
-    if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-        (cd "$IDEM_ROOT" && git ls-files -co --exclude-standard -z |
-            xargs -0 cp --parents -t "$copy" 2>/dev/null || true)
-        git -C "$IDEM_ROOT" describe --always --dirty >"$copy/src/.build_id" 2>/dev/null || true
+    rm -rf "$copy" "$dir"/tmp/* && mkdir -p "$copy" || { exec 9>&-; return 1; }
+    if git -c safe.directory="$IDEM_ROOT" -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+        (cd "$IDEM_ROOT" && git -c safe.directory="$IDEM_ROOT" ls-files -co --exclude-standard -z |
+            while IFS= read -r -d '' f; do [ ! -e "$f" ] || printf '%s\0' "$f"; done |
+            xargs -0 cp --parents -t "$copy") || { exec 9>&-; return 1; }
+        git -c safe.directory="$IDEM_ROOT" -C "$IDEM_ROOT" describe --always --dirty \
+            >"$copy/src/.build_id" 2>/dev/null || true
     else
-        cp -a "$IDEM_ROOT/." "$copy"
+        (cd "$IDEM_ROOT" && tar --exclude='*.o' --exclude='*.so' --exclude='*.bc' -cf - .) |
+            tar -xf - -C "$copy" || { exec 9>&-; return 1; }
     fi
-    vars=$(env | grep -E '^(IDEM|BENCH)_[A-Z0-9_]*=' | grep -vE '^IDEM_(ROOT|PACKAGES|PG_BINDIR|CACHE)=' || true)
-    idem_log "PostgreSQL $major: running $script in the $suite chroot ($dir)"
+    # The settings of this run go along (values may span lines).
     local -a envs=()
-    while IFS= read -r line; do [ -n "$line" ] && envs+=("$line"); done <<<"$vars"
+    local name
+    for name in $(compgen -e); do
+        case $name in
+            IDEM_ROOT|IDEM_PACKAGES|IDEM_PG_BINDIR|IDEM_CACHE|IDEM_PG_MAJOR|IDEM_IN_CHROOT) ;;
+            IDEM_*|BENCH_*) envs+=("$name=${!name}") ;;
+        esac
+    done
+    idem_log "PostgreSQL $major: running $script in the $suite chroot ($dir)"
     idem_chroot_exec "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-        LANG=C.UTF-8 TERM=dumb "${envs[@]}" IDEM_PG_MAJOR="$major" IDEM_IN_CHROOT=1 \
+        LANG=C.UTF-8 TERM=dumb ${envs[@]+"${envs[@]}"} IDEM_PG_MAJOR="$major" IDEM_IN_CHROOT=1 \
         bash "/build/idempotency/$script" "$@" || rc=$?
     if [ -d "$copy/test/bench/results" ]; then
         mkdir -p "$IDEM_ROOT/test/bench/results"

@@ -198,7 +198,7 @@ idem_build_install_into() {
     tmp=$(mktemp -d /tmp/idempotency-build.XXXXXX)
     idem_log "building and installing the extension into $prefix"
     (cd "$IDEM_ROOT" && git -c safe.directory="$IDEM_ROOT" ls-files -co --exclude-standard -z |
-        xargs -0 -I{} sh -c '[ -e "$1" ] && printf "%s\0" "$1"' _ {} |
+        while IFS= read -r -d '' f; do [ ! -e "$f" ] || printf '%s\0' "$f"; done |
         tar --null -T - -cf -) | tar -xf - -C "$tmp" || { rm -rf "$tmp"; return 1; }
     id=$(git -c safe.directory="$IDEM_ROOT" -C "$IDEM_ROOT" describe --always --dirty 2>/dev/null ||
         cat "$IDEM_ROOT/src/.build_id" 2>/dev/null || true)
