@@ -344,3 +344,22 @@ BEGIN
     END LOOP;
 END
 $migrate$;
+
+/*
+ * The request fingerprint (issue 14): a digest of an HTTP request's method,
+ * path and canonical body, less the body's ignore paths (src/fingerprint.c).
+ * Pure, like idem_fingerprint, and like it executable by PUBLIC.  Not
+ * STRICT: a NULL method, path or body is an error (22004), and a NULL
+ * ignore removes nothing.
+ */
+CREATE FUNCTION @extschema@.idem_request_fingerprint(
+    method text,
+    path text,
+    body jsonb,
+    ignore text[] DEFAULT NULL)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'idem_request_fingerprint'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_request_fingerprint(text, text, jsonb, text[]) IS
+    'SHA-256 of an HTTP request: the method (upper-cased), the path and the canonical body without the ignore paths';

@@ -234,6 +234,15 @@ BEGIN
                             'SELECT count(*) FROM idem_attached_machines;');
     ELSIF r < 91 THEN
         RETURN format('SELECT idem_trigger_arg(%s, %s) IS NULL;', pg_temp.v('tgargs'), pg_temp.v('int'));
+    ELSIF r < 92 THEN
+        RETURN format('SELECT length(idem_request_fingerprint(%s, %s, %s, %s));',
+                      pg_temp.pick($$'GET'$$, $$'post'$$, $$''$$, $$NULL::text$$, $$'GET /'$$,
+                                   $$repeat('M', 1000000)$$),
+                      pg_temp.v('key'), pg_temp.v('json'),
+                      pg_temp.pick($$NULL::text[]$$, $$'{}'::text[]$$, $$'{ok}'::text[]$$, $$'{n.x,f1,ok}'::text[]$$,
+                                   $$ARRAY['']$$, $$ARRAY['a..b']$$, $$ARRAY[NULL::text]$$, $$'{{a},{b}}'::text[]$$,
+                                   $$ARRAY(SELECT 'f' || i FROM generate_series(1, 1000, 2) i)$$,
+                                   $$ARRAY[repeat('a.', 10000) || 'a']$$));
     ELSIF r < 93 THEN
         RETURN format('SELECT length(idem_fingerprint(%s));',
                       pg_temp.pick($$'x'::text$$, $$''::text$$, $$NULL::text$$, $$repeat('x', 1000000)$$,

@@ -104,6 +104,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
                               'idem_records_rekeyed', 'idem_enforce_initial_state',
                               'idem_inserted_unchecked')
+       -- new in 0.2.0: the request fingerprint (issue 14)
+       AND p.proname <> 'idem_request_fingerprint'
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
