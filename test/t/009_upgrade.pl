@@ -98,12 +98,16 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     SELECT 'acl ' || c.oid::regclass::text || ' ' || coalesce(c.relacl::text, '-') || ' rls '
            || c.relrowsecurity::text || c.relforcerowsecurity::text AS line
       FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+       -- added by 0.2.0 (tenants, issue 14)
+       AND c.relname NOT IN ('idem_global_reconcilers')
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
        AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
                               'idem_records_rekeyed', 'idem_enforce_initial_state',
                               'idem_inserted_unchecked')
+       -- added by 0.2.0 (tenants, issue 14)
+       AND p.proname NOT IN ('idem_scope_in_tenant', 'idem_apply_global_reconcilers')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
