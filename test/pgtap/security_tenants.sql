@@ -20,7 +20,7 @@
 -- Everything, roles included, is rolled back.  Keys are prefixed "ten.",
 -- roles are regress_idem_ten_*.
 BEGIN;
-SELECT plan(81);
+SELECT plan(83);
 SET LOCAL statement_timeout = '60s';
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql pg_catalog.text) RETURNS pg_catalog.text LANGUAGE plpgsql AS $fn$
@@ -57,6 +57,27 @@ SELECT lives_ok($$SELECT idem_grant('global_reconciler', 'regress_idem_ten_rec')
 SELECT results_eq($$SELECT role::text FROM idem_global_reconcilers$$, $$VALUES ('regress_idem_ten_rec')$$,
                   'the role is listed once in idem_global_reconcilers');
 SELECT idem_grant('reconciler', 'regress_idem_ten_plain_rec');
+-- exactly what the kind grants, beyond what a role without grants has
+CREATE ROLE regress_idem_ten_nobody;
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text FROM pg_proc p
+      JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+      WHERE has_function_privilege('regress_idem_ten_rec', p.oid, 'EXECUTE')
+        AND NOT has_function_privilege('regress_idem_ten_nobody', p.oid, 'EXECUTE')$$,
+    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)')$$,
+    'global_reconciler may execute idem_lookup and idem_resolve, and nothing else that others may not');
+SELECT set_eq(
+    $$SELECT c.relname::text, m.privilege FROM pg_class c
+      JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency',
+      unnest('{SELECT,INSERT,UPDATE,DELETE,TRUNCATE}'::text[]) m(privilege)
+      WHERE c.relkind IN ('r', 'v')
+        AND has_table_privilege('regress_idem_ten_rec', c.oid, m.privilege)
+        AND NOT has_table_privilege('regress_idem_ten_nobody', c.oid, m.privilege)$$,
+    $$VALUES ('idempotency_records', 'SELECT'), ('idempotency_records', 'UPDATE'),
+             ('idem_stuck', 'SELECT'), ('idem_summary', 'SELECT')$$,
+    'and may read the records and both views and update the records, nothing else');
 SELECT lives_ok($$SELECT idem_tenant_isolation()$$, 'tenant isolation on');
 
 -- 1. the rule --------------------------------------------------------------------------------------
