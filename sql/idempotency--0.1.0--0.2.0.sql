@@ -363,3 +363,225 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_request_fingerprint(text, text, jsonb, text[]) IS
     'SHA-256 of an HTTP request: the method (upper-cased), the path and the canonical body without the ignore paths';
+
+/*
+ * Tenants with sub-scopes, and a reconciler across tenants (issue 14).
+ *
+ * A record's scope belongs to the tenant in idempotency.scope when it is the
+ * tenant or starts with the tenant and '/': the inbox's rule for consumers.
+ * It is written as a range on the scope column (collation "C", the first
+ * column of the primary key) so that the policy stays an index condition;
+ * '0' is the character after '/'.  The C code applies the same rule to a
+ * claim's scope before it probes the primary key (src/record_store.c,
+ * in_tenant), once it has seen that the policy calls this function.
+ */
+CREATE FUNCTION @extschema@.idem_scope_in_tenant(scope text)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+-- bound at creation and inlined into the policies, like idem_consumer_in_scope
+RETURN scope COLLATE pg_catalog."C" OPERATOR(pg_catalog.=)
+           NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
+       OR (scope COLLATE pg_catalog."C" OPERATOR(pg_catalog.>=)
+               (NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
+                OPERATOR(pg_catalog.||) '/')
+           AND scope COLLATE pg_catalog."C" OPERATOR(pg_catalog.<)
+               (NULLIF(pg_catalog.current_setting('idempotency.scope', true), '')
+                OPERATOR(pg_catalog.||) '0'));
+
+COMMENT ON FUNCTION @extschema@.idem_scope_in_tenant(text) IS
+    'whether a record scope belongs to the tenant in idempotency.scope: the tenant itself or "<tenant>/..." (tenant isolation)';
+
+ALTER POLICY idem_tenant ON @extschema@.idempotency_records
+    USING (@extschema@.idem_scope_in_tenant(scope))
+    WITH CHECK (@extschema@.idem_scope_in_tenant(scope));
+
+/*
+ * Reconciliation across tenants: the roles given the kind 'global_reconciler'
+ * by idem_grant read every record and may update an unknown one
+ * (idem_resolve), whatever idempotency.scope says.  It inserts and deletes
+ * nothing, so it cannot claim; the kind grants neither the client's
+ * functions nor INSERT or DELETE.
+ *
+ * The policies that allow it name the roles (TO ...), so that for every
+ * other role they do not exist and the tenant policy alone stays an index
+ * condition.  They are made from the table idem_global_reconcilers by its
+ * trigger, as the settings table's trigger switches row-level security:
+ * pg_dump keeps the
+ * table, not policies made after CREATE EXTENSION on the extension's tables,
+ * and a restore that loads the rows makes the policies again.  A role in a
+ * policy cannot be dropped before idem_revoke_all (or DROP OWNED) takes it
+ * out; a row whose role is gone (a restore without the role) is skipped.
+ */
+CREATE TABLE @extschema@.idem_global_reconcilers (
+    role regrole PRIMARY KEY
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_global_reconcilers', '');
+REVOKE ALL ON TABLE @extschema@.idem_global_reconcilers FROM PUBLIC;
+GRANT SELECT ON TABLE @extschema@.idem_global_reconcilers TO PUBLIC;
+
+COMMENT ON TABLE @extschema@.idem_global_reconcilers IS
+    'roles that see the records of every tenant and may resolve their unknown outcomes (idem_grant kind global_reconciler)';
+
+CREATE FUNCTION @extschema@.idem_apply_global_reconcilers()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    roles text;
+BEGIN
+    SELECT string_agg(quote_ident(a.rolname), ', ' ORDER BY a.rolname) INTO roles
+    FROM @extschema@.idem_global_reconcilers g
+    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid;
+    IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+               WHERE p.polrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_records'::pg_catalog.regclass
+                 AND p.polname OPERATOR(pg_catalog.=) 'idem_global_reconciler') THEN
+        DROP POLICY idem_global_reconciler ON @extschema@.idempotency_records;
+        DROP POLICY idem_global_reconciler_resolve ON @extschema@.idempotency_records;
+    END IF;
+    IF roles IS NOT NULL THEN
+        EXECUTE format('CREATE POLICY idem_global_reconciler ON @extschema@.idempotency_records '
+                       'FOR SELECT TO %s USING (true)', roles);
+        EXECUTE format('CREATE POLICY idem_global_reconciler_resolve ON @extschema@.idempotency_records '
+                       'FOR UPDATE TO %s '
+                       'USING (status OPERATOR(pg_catalog.=) ''unknown''::@extschema@.idem_status) '
+                       'WITH CHECK (true)', roles);
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_apply_global_reconcilers() FROM PUBLIC;
+
+CREATE TRIGGER idem_apply_global_reconcilers
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_global_reconcilers
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_apply_global_reconcilers();
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    functions text;
+    tables text;
+    privileges text;
+BEGIN
+    IF kind IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'kind and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Nothing is granted to PUBLIC: name a role.';
+    END IF;
+    CASE kind
+    WHEN 'client' THEN
+        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer), '
+                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
+                            '%1$s.idem_release(text, bigint, text), '
+                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
+                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, INSERT, UPDATE, DELETE';
+    WHEN 'reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %s.idem_stuck TO %s', s, grantee);
+    WHEN 'global_reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary TO %2$s', s, grantee);
+        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) VALUES (%L) '
+                       'ON CONFLICT (role) DO NOTHING', s, grantee);
+    WHEN 'reader' THEN
+        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    WHEN 'consumer' THEN
+        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
+                            '%1$s.idem_inbox_watermark(text, text)', s);
+        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
+        privileges := 'SELECT, INSERT, UPDATE';
+    WHEN 'maintenance' THEN
+        functions := format('%s.idem_purge(integer, integer)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_inbox', s);
+        privileges := 'SELECT, UPDATE, DELETE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
+    WHEN 'machine_admin' THEN
+        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
+                            '%1$s.idem_drop_machine(text), '
+                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
+                            '%1$s.idem_detach_machine(regclass, name)', s);
+        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
+        privileges := 'INSERT, UPDATE, DELETE';
+    WHEN 'monitor' THEN
+        functions := format('%s.idem_stats_reset()', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    ELSE
+        RAISE EXCEPTION 'unknown kind of user "%"', kind
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The kinds are client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin and monitor.';
+    END CASE;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
+    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
+    'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor';
+
+-- a role that loses its privileges is no longer a global reconciler either
+CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    object record;
+BEGIN
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION 'grantee must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR object IN
+        SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        UNION ALL
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass)
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
+    END LOOP;
+    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
+    DELETE FROM @extschema@.idem_global_reconcilers g WHERE g.role OPERATOR(pg_catalog.=) grantee;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
+    'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, and its place among the global reconcilers';

@@ -155,6 +155,16 @@ extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 extern bool idem_store_fetch(IdemStore *store, text *scope, text *key,
 							 bool fresh_snapshot, IdemRecord *rec,
 							 MemoryContext copy_to);
+/* idem_store_tenant_check: may the first key column be used under isolation? */
+typedef enum IdemTenantCheck
+{
+	IDEM_TENANT_NO_RLS,			/* row-level security is not in force */
+	IDEM_TENANT_INSIDE,			/* in the tenant of idempotency.scope */
+	IDEM_TENANT_OUTSIDE,		/* outside it: the INSERT's check fails */
+	IDEM_TENANT_UNKNOWN			/* policies of others: only the executor knows */
+} IdemTenantCheck;
+
+extern IdemTenantCheck idem_store_tenant_check(Oid heap, text *key1);
 extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
 extern Oid	idem_primary_key(Relation heap);
 extern void idem_check_record_shape(TupleDesc desc);

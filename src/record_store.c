@@ -54,9 +54,14 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "optimizer/cost.h"
+#include "parser/parse_func.h"
+#include "rewrite/rowsecurity.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
@@ -705,6 +710,128 @@ idem_primary_key(Relation heap)
 }
 
 /*
+ * The rule of idem_scope_in_tenant and idem_consumer_in_scope, without the
+ * cost of calling a SQL function: the value is the tenant in
+ * idempotency.scope, or starts with it and '/'; nothing belongs to an empty
+ * or unset tenant.  (Byte order is collation "C", in which the function's
+ * range is this prefix.)
+ */
+static bool
+in_tenant(text *value)
+{
+	const char *tenant = GetConfigOption("idempotency.scope", true, false);
+	size_t		tenant_len;
+	size_t		len = VARSIZE_ANY_EXHDR(value);
+	const char *data = VARDATA_ANY(value);
+
+	if (tenant == NULL || tenant[0] == '\0')
+		return false;
+	tenant_len = strlen(tenant);
+	if (len < tenant_len || memcmp(data, tenant, tenant_len) != 0)
+		return false;
+	return len == tenant_len || data[tenant_len] == '/';
+}
+
+/*
+ * Is this policy idem_tenant as the extension makes it: permissive, for all
+ * commands and PUBLIC, checking fn(column) on new rows?
+ */
+static bool
+is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
+{
+	FuncExpr   *check = (FuncExpr *) policy->with_check_qual;
+	Var		   *arg;
+	Datum	   *roles;
+	int			nroles;
+
+	if (!policy->permissive || policy->polcmd != '*')
+		return false;
+	deconstruct_array(policy->roles, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &roles, NULL, &nroles);
+	if (nroles != 1 || DatumGetObjectId(roles[0]) != ACL_ID_PUBLIC)
+		return false;
+	if (check == NULL || !IsA(check, FuncExpr) || check->funcid != fn ||
+		list_length(check->args) != 1)
+		return false;
+	arg = (Var *) linitial(check->args);
+	return IsA(arg, Var) && arg->varno == 1 && arg->varlevelsup == 0 &&
+		arg->varattno == column;
+}
+
+/*
+ * Under row-level security, does the first key column (a record's scope, an
+ * inbox message's consumer) belong to the tenant in idempotency.scope?
+ *
+ * This can be told only while the policies are the extension's: idem_tenant
+ * as it comes (its check is the SQL function named here, whose rule
+ * in_tenant() repeats, on that column:
+ * idem_scope_in_tenant for records, idem_consumer_in_scope for the inbox),
+ * and besides it only permissive policies for SELECT, UPDATE or DELETE, such
+ * as the global reconcilers' (they may widen what a role sees, never narrow
+ * what it may insert).  An INSERT's checks then pass exactly when the
+ * function says yes.  With other policies (a restrictive one per role, say)
+ * the answer is IDEM_TENANT_UNKNOWN, and the executor decides as before.
+ */
+IdemTenantCheck
+idem_store_tenant_check(Oid heap_oid, text *key1)
+{
+	Relation	heap;
+	const char *fn_name;
+	const char *column_name;
+	Oid			argtypes[1] = {TEXTOID};
+	Oid			fn;
+	AttrNumber	column;
+	bool		tenant_policy = false;
+	bool		others = false;
+	ListCell   *lc;
+
+	if (check_enable_rls(heap_oid, InvalidOid, true) != RLS_ENABLED)
+		return IDEM_TENANT_NO_RLS;
+
+	if (heap_oid == objects->records)
+	{
+		fn_name = "idem_scope_in_tenant";
+		column_name = "scope";
+	}
+	else if (heap_oid == objects->inbox)
+	{
+		fn_name = "idem_consumer_in_scope";
+		column_name = "consumer";
+	}
+	else
+		return IDEM_TENANT_UNKNOWN;
+
+	fn = LookupFuncName(list_make2(makeString(pstrdup(NameStr(objects->namespace_name))),
+								   makeString(pstrdup(fn_name))),
+						1, argtypes, true);
+	column = get_attnum(heap_oid, column_name);
+	if (!OidIsValid(fn) || column == InvalidAttrNumber)
+		return IDEM_TENANT_UNKNOWN;
+
+	heap = table_open(heap_oid, AccessShareLock);
+	if (heap->rd_rsdesc != NULL)
+	{
+		foreach(lc, heap->rd_rsdesc->policies)
+		{
+			RowSecurityPolicy *policy = (RowSecurityPolicy *) lfirst(lc);
+
+			if (!tenant_policy && is_tenant_policy(policy, fn, column))
+				tenant_policy = true;
+			else if (!policy->permissive ||
+					 (policy->polcmd != ACL_SELECT_CHR &&
+					  policy->polcmd != ACL_UPDATE_CHR &&
+					  policy->polcmd != ACL_DELETE_CHR))
+				others = true;
+		}
+	}
+	table_close(heap, AccessShareLock);
+	if (!tenant_policy || others)
+		return IDEM_TENANT_UNKNOWN;
+
+	return in_tenant(key1) ? IDEM_TENANT_INSIDE : IDEM_TENANT_OUTSIDE;
+}
+
+/*
  * Does another transaction hold an uncommitted insert (or delete) of this
  * two-column key in this primary key?  A claim or an inbox accept with
  * wait => false asks this before inserting, so that it can answer at once
@@ -718,6 +845,15 @@ idem_primary_key(Relation heap)
  * WITH CHECK would fail before waiting), and we cannot evaluate the policy
  * on a row not yet inserted.  Otherwise this answers false, and the caller's
  * INSERT waits like any other.
+ *
+ * The exception is tenant isolation with only the extension's policies
+ * (idem_store_tenant_check): the INSERT's check is then whether the first key
+ * column belongs to the caller's tenant.  When it does, the INSERT would pass
+ * its check and wait for this very row, which has the same first column and
+ * so is the caller's to read once committed; the probe tells no more than
+ * the wait would.  When it does not, no row of the key is the caller's
+ * business, and this answers false without looking: the INSERT fails its
+ * check at once.
  */
 bool
 idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
@@ -730,9 +866,17 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	TupleTableSlot *slot;
 	bool		in_progress = false;
 
-	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT) != ACLCHECK_OK ||
-		check_enable_rls(heap_oid, InvalidOid, true) == RLS_ENABLED)
+	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT) != ACLCHECK_OK)
 		return false;
+	switch (idem_store_tenant_check(heap_oid, key1))
+	{
+		case IDEM_TENANT_NO_RLS:
+		case IDEM_TENANT_INSIDE:
+			break;
+		case IDEM_TENANT_OUTSIDE:
+		case IDEM_TENANT_UNKNOWN:
+			return false;
+	}
 
 	/* the caller inserts next: its lock first (see read_lock) */
 	heap = table_open(heap_oid, RowExclusiveLock);

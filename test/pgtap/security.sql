@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 46::bigint, 'the extension has 46 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 48::bigint, 'the extension has 48 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -75,16 +75,16 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
 SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)')$$,
-                  'the only one without SET search_path is idem_consumer_in_scope, so that the policies can inline it');
+                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
+                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
 
 SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
                 'nothing of the extension is writable by PUBLIC');
 SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
-                  $$VALUES ('idem_attached_machines'), ('idem_machine_moves'), ('idem_machines'), ('idem_settings'),
-                           ('idem_token_epoch')$$,
-                  'PUBLIC may read the machine definitions, the settings and the token epoch, nothing else');
+                  $$VALUES ('idem_attached_machines'), ('idem_global_reconcilers'), ('idem_machine_moves'),
+                           ('idem_machines'), ('idem_settings'), ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions, the settings, the global reconcilers and the token epoch, nothing else');
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
@@ -100,7 +100,7 @@ SELECT results_eq(
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
              ('idem_request_fingerprint(text,text,jsonb,text[])'),
-             ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
+             ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
     'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
@@ -157,6 +157,7 @@ INSERT INTO calls VALUES
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
     ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
+    ('idem_apply_global_reconcilers()', 'idem_apply_global_reconcilers', $$SELECT idem_apply_global_reconcilers()$$),
     ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
     ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$),
     ('idem_records_rekeyed()', 'idem_records_rekeyed', $$SELECT idem_records_rekeyed()$$);
@@ -579,7 +580,7 @@ SELECT results_eq($$SELECT DISTINCT scope COLLATE "default" FROM idempotency_rec
 SELECT is_empty($$SELECT * FROM idem_lookup('sec.t1', 'tB')$$, 'A cannot look up B''s record');
 SELECT is((SELECT result FROM idem_lookup('sec.t1', 'tA')), '{"secret": "a"}'::jsonb, 'A looks up its own');
 SELECT throws_ok($$SELECT * FROM idem_claim('sec.t1', '\x0b', scope => 'tB')$$, '42501',
-                 'new row violates row-level security policy for table "idempotency_records"',
+                 'scope "tB" does not belong to the tenant of this session',
                  'A cannot replay B''s record: the claim fails with 42501, no result is returned');
 SELECT throws_ok($$SELECT * FROM idem_claim('sec.t9', '\x0b', scope => 'tB')$$, '42501', NULL,
                  'A cannot create a record in B''s scope');

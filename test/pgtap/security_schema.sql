@@ -7,8 +7,7 @@
 --      uncommitted claim and an uncommitted accept of another session:
 --      tenant A's probe into tenant B's scope fails with 42501 instead of
 --      answering in_progress (or 55P03), which would tell A that B is at
---      work on that key; and a tenant's own wait => false waits for the lock
---      (the documented limitation of the mode).
+--      work on that key; and a tenant's own wait => false answers at once.
 --
 -- All of it happens in a database of its own, regress_idem_sec_schema, which
 -- the file creates (dropping what an earlier run left) and drops at the end,
@@ -318,13 +317,14 @@ SELECT is(pg_temp.remote('ss_a', $$SELECT idem.idem_inbox_accept('B/q', 'busy', 
           'A''s wait => false accept as B''s consumer fails with 42501, not 55P03');
 SELECT is(pg_temp.remote('ss_a', $$SELECT outcome FROM idem.idem_claim('sec.busy', '\x0a', scope => 'A', wait => false)$$),
           'new', 'A claims the same key in its own scope');
--- B's own wait => false cannot probe under row-level security: it waits for the lock
+-- B's own wait => false probes its own key under row-level security: it answers at once
+-- (with lock_timeout set, a wait would end in 55P03 for the claim)
 SELECT is(pg_temp.remote('ss_b2', $$SELECT set_config('lock_timeout', '200ms', false)$$), '200ms',
           'a second session of B, with lock_timeout');
 SELECT is(pg_temp.remote('ss_b2', $$SELECT outcome FROM idem.idem_claim('sec.busy', '\x0b', scope => 'B', wait => false)$$),
-          '55P03', 'under tenant isolation a wait => false claim waits for the other transaction (here until lock_timeout)');
+          'in_progress', 'under tenant isolation a wait => false claim of the own tenant''s busy key answers in_progress at once');
 SELECT is(pg_temp.remote('ss_b2', $$SELECT idem.idem_inbox_accept('B/q', 'busy', wait => false)::text$$), '55P03',
-          'and so does a wait => false accept');
+          'and a wait => false accept fails at once with 55P03 (held by another transaction)');
 SELECT dblink_exec('ss_b', 'COMMIT') \g /dev/null
 SELECT is(pg_temp.remote('ss_b2', $$SELECT outcome FROM idem.idem_claim('sec.busy', '\x0b', scope => 'B', wait => false)$$),
           'in_progress', 'once B committed, its second session sees the claim: in_progress');

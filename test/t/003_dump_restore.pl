@@ -121,6 +121,8 @@ $node->safe_psql('source', <<'SQL');
 CREATE ROLE tenant_app;
 SELECT idem_grant('client', 'tenant_app');
 SELECT idem_grant('consumer', 'tenant_app');
+CREATE ROLE tenant_reconcile;
+SELECT idem_grant('global_reconciler', 'tenant_reconcile');
 SELECT idem_tenant_isolation(true);
 SQL
 
@@ -409,6 +411,19 @@ is( $node->safe_psql('restored', q{
 		SET idempotency.scope = 'tenant "x"; y';
 		SELECT outcome, result FROM idem_claim('done', idem_fingerprint('f'), '1 hour', scope => 'tenant "x"; y')}),
 	'replay|{"scoped": true}', 'and claims its keys with the restored grants');
+# The global reconciler's policies are not dumped (made after CREATE
+# EXTENSION on its tables); loading idem_global_reconcilers makes them again.
+is( $node->safe_psql('restored', q{
+		SELECT string_agg(polname || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY polname)
+		  FROM pg_policy WHERE polname LIKE 'idem_global%'}),
+	'idem_global_reconciler:tenant_reconcile idem_global_reconciler_resolve:tenant_reconcile',
+	'the global reconciler\'s policies are made again by the restore');
+my $all_records = $node->safe_psql('restored', q{SELECT count(*) FROM idempotency_records});
+cmp_ok($all_records, '>', 1, 'the restored records are in several scopes');
+is( $node->safe_psql('restored', q{
+		SET ROLE tenant_reconcile;
+		SELECT count(*) FROM idempotency_records}),
+	$all_records, 'and the global reconciler sees all of them without a tenant, as the superuser does');
 
 # The records' built-in machine still governs them.
 ($ret, $out, $err) = $node->psql('restored',

@@ -98,6 +98,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
     SELECT 'acl ' || c.oid::regclass::text || ' ' || coalesce(c.relacl::text, '-') || ' rls '
            || c.relrowsecurity::text || c.relforcerowsecurity::text AS line
       FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'S')
+       -- added by 0.2.0 (tenants, issue 14)
+       AND c.relname NOT IN ('idem_global_reconcilers')
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
@@ -106,6 +108,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
                               'idem_inserted_unchecked')
        -- new in 0.2.0: the request fingerprint (issue 14)
        AND p.proname <> 'idem_request_fingerprint'
+       -- added by 0.2.0 (tenants, issue 14)
+       AND p.proname NOT IN ('idem_scope_in_tenant', 'idem_apply_global_reconcilers')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
