@@ -166,6 +166,7 @@ FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;
 SHOW idempotency.default_lease;
 SHOW idempotency.retention;
 SHOW idempotency.max_key_length;
+SHOW idempotency.max_waiters;
 
 SET idempotency.default_lease = '5s';
 SHOW idempotency.default_lease;
@@ -184,10 +185,21 @@ SHOW idempotency.max_key_length;
 RESET idempotency.max_key_length;
 SHOW idempotency.max_key_length;
 
+SET idempotency.max_waiters = 0;
+SHOW idempotency.max_waiters;
+SET idempotency.max_waiters = 2147483647;
+SHOW idempotency.max_waiters;
+RESET idempotency.max_waiters;
+SHOW idempotency.max_waiters;
+
 -- Out of range (the settings with a unit: guc_ranges.sql).
 SELECT pg_temp.expect_error($$SET idempotency.max_key_length = 0$$);
 SELECT pg_temp.expect_error($$SET idempotency.max_key_length = 1025$$);
 SELECT pg_temp.expect_error($$SET idempotency.default_lease = 'soon'$$);
+SELECT pg_temp.expect_error($$SET idempotency.max_waiters = -1$$);
+SELECT pg_temp.expect_error($$SET idempotency.max_waiters = 2147483648$$);
+SELECT pg_temp.expect_error($$SET idempotency.max_waiters = 'few'$$);
+SHOW idempotency.max_waiters;
 
 -- Unknown settings under the reserved prefix are errors, not placeholders.
 SELECT pg_temp.expect_error($$SET idempotency.default_leases = '5s'$$);
@@ -197,7 +209,9 @@ SELECT pg_temp.expect_error($$SHOW idempotency.bogus$$);
 -- no placeholder was created
 SELECT name FROM pg_settings WHERE name LIKE 'idempotency.%' ORDER BY name;
 
--- default_lease and retention are user settings; max_key_length is for superusers.
+-- default_lease and retention are user settings; max_key_length and
+-- max_waiters are for superusers (42501), so an application cannot raise its
+-- own limit of waiters.
 SET ROLE regress_idem_nobody;
 SET idempotency.default_lease = '10s';
 SHOW idempotency.default_lease;
@@ -205,6 +219,9 @@ SET idempotency.retention = '1h';
 SHOW idempotency.retention;
 SELECT pg_temp.expect_error($$SET idempotency.max_key_length = 10$$);
 SHOW idempotency.max_key_length;
+SELECT pg_temp.expect_error($$SET idempotency.max_waiters = 100$$);
+SELECT pg_temp.expect_error($$SELECT set_config('idempotency.max_waiters', '100', true)$$);
+SHOW idempotency.max_waiters;
 RESET ROLE;
 RESET idempotency.default_lease;
 RESET idempotency.retention;

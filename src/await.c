@@ -19,6 +19,18 @@
  * SERIALIZABLE the transaction's snapshot cannot show the owner finishing,
  * so idem_await reads once and returns.
  *
+ * A waiter holds a connection, and behind a small pool (PgBouncer's
+ * default_pool_size) the waiters can take every connection the owner needs
+ * to finish, so that all of them time out.  So at most
+ * idempotency.max_waiters backends of a database wait at once: one more
+ * reads once and returns the record as it is, still processing, for the
+ * caller to answer 409 with Retry-After; await_refused counts those.  The
+ * slot (stats.c) is taken after the first read shows an owner at work and
+ * given back however the wait ends: by PG_ENSURE_ERROR_CLEANUP on an error
+ * (a cancel, statement_timeout) and on process exit (pg_terminate_backend).
+ * Without preloading there is no shared memory to count in: the limit
+ * cannot apply, except that 0 still means no waiting.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -26,6 +38,7 @@
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -53,6 +66,76 @@ owner_at_work(IdemRecord *rec)
 		DatumGetTimestampTz(rec->values[COL_LEASE_EXPIRES_AT]) > GetCurrentTimestamp();
 }
 
+/* Gives back the waiter slot when the wait ends by an error or an exit. */
+static void
+release_waiter_slot(int code, Datum arg)
+{
+	idem_waiter_release();
+}
+
+/*
+ * May this backend wait?  Takes a waiter slot when it may and shared memory
+ * counts them; the caller releases it.
+ */
+static bool
+may_wait(void)
+{
+	static bool said_unlimited = false;
+
+	switch (idem_waiter_acquire(idem_max_waiters))
+	{
+		case IDEM_WAITER_TAKEN:
+			return true;
+		case IDEM_WAITER_FULL:
+			idem_count(IDEM_COUNT_AWAIT_REFUSED);
+			return false;
+		case IDEM_WAITER_UNLIMITED:
+			break;
+	}
+	if (idem_max_waiters == 0)
+		return false;
+	if (!said_unlimited)
+	{
+		/* once per backend: every one that loads the library would say it */
+		ereport(DEBUG1,
+				(errmsg("idempotency.max_waiters does not apply"),
+				 errdetail("Waiters are counted in shared memory, which the library reserves only when the server loads it at start."),
+				 errhint("Add idempotency to shared_preload_libraries and restart the server.")));
+		said_unlimited = true;
+	}
+	return true;
+}
+
+/*
+ * Re-read the record into *rec until no owner is at work on it or the
+ * deadline passes.  *rec holds a first read that showed an owner at work.
+ */
+static void
+wait_for_owner(IdemStore *store, text *scope, text *key, TimestampTz deadline,
+			   IdemRecord *rec, MemoryContext round_cxt)
+{
+	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
+
+	for (;;)
+	{
+		long		remaining_ms;
+
+		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (remaining_ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
+
+		MemoryContextReset(round_cxt);
+		idem_store_fetch(store, scope, key, true, rec, round_cxt);
+		if (!owner_at_work(rec))
+			break;
+	}
+}
+
 Datum
 idem_await(PG_FUNCTION_ARGS)
 {
@@ -62,7 +145,6 @@ idem_await(PG_FUNCTION_ARGS)
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	MemoryContext round_cxt;
 	TimestampTz deadline;
-	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
 	IdemStore	store;
 	IdemRecord	rec;
 
@@ -90,22 +172,16 @@ idem_await(PG_FUNCTION_ARGS)
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	round_cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_await round",
 									  ALLOCSET_DEFAULT_SIZES);
-	for (;;)
+	idem_store_fetch(&store, scope, key, true, &rec, round_cxt);
+	if (owner_at_work(&rec) && !IsolationUsesXactSnapshot() &&
+		deadline > GetCurrentTimestamp() && may_wait())
 	{
-		long		remaining_ms;
-
-		MemoryContextReset(round_cxt);
-		idem_store_fetch(&store, scope, key, true, &rec, round_cxt);
-		if (!owner_at_work(&rec) || IsolationUsesXactSnapshot())
-			break;
-		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (remaining_ms <= 0)
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
+		PG_ENSURE_ERROR_CLEANUP(release_waiter_slot, (Datum) 0);
+		{
+			wait_for_owner(&store, scope, key, deadline, &rec, round_cxt);
+		}
+		PG_END_ENSURE_ERROR_CLEANUP(release_waiter_slot, (Datum) 0);
+		idem_waiter_release();
 	}
 	idem_store_close(&store);
 

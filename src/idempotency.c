@@ -33,6 +33,9 @@ int			idem_retention_s = 24 * 60 * 60;
 /* Longest key and scope, in bytes (Stripe allows 255 characters). */
 int			idem_max_key_length = 255;
 
+/* Backends of a database that may wait in idem_await at once (await.c). */
+int			idem_max_waiters = 4;
+
 /* idempotency.scope: read by SQL (the tenant policies), not by C */
 static char *idem_session_scope = NULL;
 
@@ -94,6 +97,22 @@ _PG_init(void)
 							255,
 							1,
 							1024,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	/*
+	 * Superuser-only, so that ALTER DATABASE and ALTER ROLE can set it per
+	 * pool while an application cannot raise its own limit.
+	 */
+	DefineCustomIntVariable("idempotency.max_waiters",
+							"Backends of a database that may wait in idem_await at the same time.",
+							"Beyond it, idem_await answers at once. 0: it never waits. "
+							"Counted only when the library is in shared_preload_libraries.",
+							&idem_max_waiters,
+							4,
+							0,
+							INT_MAX,
 							PGC_SUSET,
 							0,
 							NULL, NULL, NULL);

@@ -224,6 +224,7 @@ typedef enum IdemCounter
 	IDEM_COUNT_INBOX_ACCEPTED,
 	IDEM_COUNT_INBOX_DUPLICATE,
 	IDEM_COUNT_PURGED,
+	IDEM_COUNT_AWAIT_REFUSED,
 	IDEM_NUM_COUNTERS
 } IdemCounter;
 
@@ -231,6 +232,20 @@ typedef enum IdemCounter
 extern void idem_stats_preload(void);
 extern void idem_count_add(IdemCounter counter, uint64 n);
 #define idem_count(counter) idem_count_add((counter), 1)
+
+/*
+ * stats.c: the waiter slots of idem_await (idempotency.max_waiters), per
+ * database, in shared memory when the library is preloaded.
+ */
+extern int	idem_max_waiters;
+typedef enum IdemWaiterSlot
+{
+	IDEM_WAITER_TAKEN,			/* a slot is ours: release it */
+	IDEM_WAITER_FULL,			/* max_waiters wait already: do not wait */
+	IDEM_WAITER_UNLIMITED		/* no shared memory: the limit cannot apply */
+} IdemWaiterSlot;
+extern IdemWaiterSlot idem_waiter_acquire(int limit);
+extern void idem_waiter_release(void);
 
 /* worker.c */
 extern int	idem_purge_interval_s;

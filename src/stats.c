@@ -12,6 +12,14 @@
  * answered 'new' in a transaction that then rolled back was still a claim.
  * They survive until a restart or idem_stats_reset().
  *
+ * The same shared memory holds the waiter slots of idem_await: how many
+ * backends of each database wait in it now, so that no more than
+ * idempotency.max_waiters do (await.c).  Taking a slot compares and
+ * increments a database's count under a spinlock; the table has room for
+ * IDEM_WAIT_DATABASES databases with waiters at the same time, and a waiter
+ * of one more database does not wait.  The number waiting now is the last
+ * row of idem_stats(), await_waiting, which idem_stats_reset() leaves alone.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -22,6 +30,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -48,15 +57,30 @@ static const char *const counter_names[IDEM_NUM_COUNTERS] = {
 	[IDEM_COUNT_INBOX_ACCEPTED] = "inbox_accepted",
 	[IDEM_COUNT_INBOX_DUPLICATE] = "inbox_duplicates",
 	[IDEM_COUNT_PURGED] = "purged_rows",
+	[IDEM_COUNT_AWAIT_REFUSED] = "await_refused",
 };
+
+/* Databases that can have waiters in idem_await at the same time. */
+#define IDEM_WAIT_DATABASES	64
+
+typedef struct IdemWaitEntry
+{
+	Oid			dbid;			/* meaningful only while waiting > 0 */
+	uint32		waiting;
+} IdemWaitEntry;
 
 typedef struct IdemShared
 {
 	pg_atomic_uint64 counters[IDEM_NUM_COUNTERS];
 	pg_atomic_uint64 reset_at;	/* TimestampTz of the last reset */
+	slock_t		wait_lock;		/* protects waits[] */
+	IdemWaitEntry waits[IDEM_WAIT_DATABASES];
 } IdemShared;
 
 static IdemShared *shared = NULL;
+
+/* The entry of waits[] whose slot this backend holds, or -1. */
+static int	my_wait_entry = -1;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -83,6 +107,12 @@ stats_shmem_startup(void)
 		for (int i = 0; i < IDEM_NUM_COUNTERS; i++)
 			pg_atomic_init_u64(&shared->counters[i], 0);
 		pg_atomic_init_u64(&shared->reset_at, (uint64) GetCurrentTimestamp());
+		SpinLockInit(&shared->wait_lock);
+		for (int i = 0; i < IDEM_WAIT_DATABASES; i++)
+		{
+			shared->waits[i].dbid = InvalidOid;
+			shared->waits[i].waiting = 0;
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -102,6 +132,59 @@ idem_count_add(IdemCounter counter, uint64 n)
 {
 	if (shared != NULL)
 		pg_atomic_fetch_add_u64(&shared->counters[counter], n);
+}
+
+/*
+ * Take a waiter slot of the current database if fewer than limit backends of
+ * it hold one.  Without shared memory there is nothing to count in: the
+ * caller decides what that means.  A backend holds at most one slot.
+ */
+IdemWaiterSlot
+idem_waiter_acquire(int limit)
+{
+	int			entry = -1;
+
+	if (shared == NULL)
+		return IDEM_WAITER_UNLIMITED;
+	Assert(my_wait_entry < 0);
+	if (limit <= 0)
+		return IDEM_WAITER_FULL;
+
+	SpinLockAcquire(&shared->wait_lock);
+	for (int i = 0; i < IDEM_WAIT_DATABASES; i++)
+	{
+		IdemWaitEntry *e = &shared->waits[i];
+
+		if (e->waiting > 0 && e->dbid == MyDatabaseId)
+		{
+			entry = i;
+			break;
+		}
+		if (e->waiting == 0 && entry < 0)
+			entry = i;			/* the first free one, if the database has none */
+	}
+	if (entry >= 0 && shared->waits[entry].waiting < (uint32) limit)
+	{
+		shared->waits[entry].dbid = MyDatabaseId;
+		shared->waits[entry].waiting++;
+		my_wait_entry = entry;
+	}
+	SpinLockRelease(&shared->wait_lock);
+
+	return my_wait_entry >= 0 ? IDEM_WAITER_TAKEN : IDEM_WAITER_FULL;
+}
+
+/* Give back this backend's waiter slot; a no-op when it holds none. */
+void
+idem_waiter_release(void)
+{
+	if (my_wait_entry < 0)
+		return;
+	SpinLockAcquire(&shared->wait_lock);
+	Assert(shared->waits[my_wait_entry].waiting > 0);
+	shared->waits[my_wait_entry].waiting--;
+	SpinLockRelease(&shared->wait_lock);
+	my_wait_entry = -1;
 }
 
 static void
@@ -134,6 +217,23 @@ idem_stats(PG_FUNCTION_ARGS)
 		};
 		bool		nulls[3] = {false, false, false};
 
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+
+	/* not a counter: how many backends wait in idem_await now */
+	{
+		uint64		waiting = 0;
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		SpinLockAcquire(&shared->wait_lock);
+		for (int i = 0; i < IDEM_WAIT_DATABASES; i++)
+			waiting += shared->waits[i].waiting;
+		SpinLockRelease(&shared->wait_lock);
+
+		values[0] = CStringGetTextDatum("await_waiting");
+		values[1] = Int64GetDatum((int64) waiting);
+		values[2] = since;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

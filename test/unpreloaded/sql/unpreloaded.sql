@@ -32,3 +32,18 @@ SELECT pg_temp.expect_error($$SELECT * FROM idem_stats()$$);
 SELECT pg_temp.expect_error($$SELECT idem_stats_reset()$$);
 RESET ROLE;
 DROP ROLE regress_idem_unpreloaded;
+
+-- idempotency.max_waiters: without shared memory waiters cannot be counted,
+-- so the limit does not apply (idem_await waits its timeout), except that 0
+-- still means no waiting at all.
+SELECT outcome FROM idem_claim('un-await', '\x01', '1 hour');
+SET idempotency.max_waiters = 1;
+SELECT clock_timestamp() AS t0 \gset
+SELECT status FROM idem_await('un-await', '', '200 ms');
+SELECT clock_timestamp() - :'t0' >= '200 ms' AS waited;
+SET idempotency.max_waiters = 0;
+SELECT clock_timestamp() AS t0 \gset
+SELECT status FROM idem_await('un-await', '', '30 s');
+SELECT clock_timestamp() - :'t0' < '20 s' AS answered_at_once;
+RESET idempotency.max_waiters;
+DELETE FROM idempotency_records WHERE key = 'un-await';
