@@ -411,9 +411,17 @@ ALTER POLICY idem_tenant ON @extschema@.idempotency_records
  * and a restore that loads the rows makes the policies again.  A role in a
  * policy cannot be dropped before idem_revoke_all (or DROP OWNED) takes it
  * out; a row whose role is gone (a restore without the role) is skipped.
+ * Roles are kept by name, as pg_dump keeps grants: an OID would outlive a
+ * role dropped by DROP OWNED and DROP ROLE and be taken by the next role that
+ * gets it, and a restore elsewhere would read another role's number.
+ *
+ * A third policy, restrictive, confines every UPDATE of these roles to
+ * unknown records resolved to succeeded or failed: the permissive tenant
+ * policy would otherwise let them change any record of the tenant they SET.
+ * Their UPDATE privilege covers only the columns idem_resolve writes.
  */
 CREATE TABLE @extschema@.idem_global_reconcilers (
-    role regrole PRIMARY KEY
+    role name PRIMARY KEY
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_global_reconcilers', '');
 REVOKE ALL ON TABLE @extschema@.idem_global_reconcilers FROM PUBLIC;
@@ -432,12 +440,13 @@ DECLARE
 BEGIN
     SELECT string_agg(quote_ident(a.rolname), ', ' ORDER BY a.rolname) INTO roles
     FROM @extschema@.idem_global_reconcilers g
-    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid;
+    JOIN pg_catalog.pg_roles a ON a.rolname OPERATOR(pg_catalog.=) g.role;
     IF EXISTS (SELECT FROM pg_catalog.pg_policy p
                WHERE p.polrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_records'::pg_catalog.regclass
                  AND p.polname OPERATOR(pg_catalog.=) 'idem_global_reconciler') THEN
         DROP POLICY idem_global_reconciler ON @extschema@.idempotency_records;
         DROP POLICY idem_global_reconciler_resolve ON @extschema@.idempotency_records;
+        DROP POLICY idem_global_reconciler_unknown_only ON @extschema@.idempotency_records;
     END IF;
     IF roles IS NOT NULL THEN
         EXECUTE format('CREATE POLICY idem_global_reconciler ON @extschema@.idempotency_records '
@@ -446,6 +455,11 @@ BEGIN
                        'FOR UPDATE TO %s '
                        'USING (status OPERATOR(pg_catalog.=) ''unknown''::@extschema@.idem_status) '
                        'WITH CHECK (true)', roles);
+        EXECUTE format('CREATE POLICY idem_global_reconciler_unknown_only ON @extschema@.idempotency_records '
+                       'AS RESTRICTIVE FOR UPDATE TO %s '
+                       'USING (status OPERATOR(pg_catalog.=) ''unknown''::@extschema@.idem_status) '
+                       'WITH CHECK (status OPERATOR(pg_catalog.=) ANY (''{succeeded,failed}''::@extschema@.idem_status[]))',
+                       roles);
     END IF;
     RETURN NULL;
 END
@@ -497,10 +511,13 @@ BEGIN
         functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
                             '%1$s.idem_lookup(text, text)', s);
         tables := format('%s.idempotency_records', s);
-        privileges := 'SELECT, UPDATE';
+        -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
+        privileges := 'SELECT, UPDATE (status, result, error, response_code, retryable, '
+                      'completed_at, updated_at, expires_at)';
         EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary TO %2$s', s, grantee);
-        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) VALUES (%L) '
-                       'ON CONFLICT (role) DO NOTHING', s, grantee);
+        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
+                       'SELECT a.rolname FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) %s '
+                       'ON CONFLICT (role) DO NOTHING', s, grantee::pg_catalog.oid);
     WHEN 'reader' THEN
         functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
         tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
@@ -579,7 +596,9 @@ BEGIN
         EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
     END LOOP;
     EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
-    DELETE FROM @extschema@.idem_global_reconcilers g WHERE g.role OPERATOR(pg_catalog.=) grantee;
+    DELETE FROM @extschema@.idem_global_reconcilers g
+     WHERE g.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
+                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
 END
 $$;
 

@@ -24,6 +24,7 @@
 #include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "port/pg_bswap.h"
 #include "utils/array.h"
@@ -267,6 +268,10 @@ idem_request_fingerprint(PG_FUNCTION_ARGS)
 	char	   *method;
 	int			method_len;
 	StringInfoData canonical;
+	char	   *path_utf8;
+	size_t		path_utf8_len;
+	char	   *body_utf8;
+	size_t		body_utf8_len;
 	uint8		version = IDEM_REQUEST_FINGERPRINT_VERSION;
 	uint32		method_len_be;
 	uint32		path_len_be;
@@ -305,17 +310,27 @@ idem_request_fingerprint(PG_FUNCTION_ARGS)
 	initStringInfo(&canonical);
 	JsonbToCString(&canonical, &body->root, VARSIZE(body));
 
+	/*
+	 * Path and body are hashed in UTF-8 whatever the database's encoding, so
+	 * that a client, or a database in another encoding, gets the same digest.
+	 * The conversion returns its input when there is nothing to convert.
+	 */
+	path_utf8 = pg_server_to_any(VARDATA_ANY(path), VARSIZE_ANY_EXHDR(path), PG_UTF8);
+	path_utf8_len = path_utf8 == VARDATA_ANY(path) ? (size_t) VARSIZE_ANY_EXHDR(path) : strlen(path_utf8);
+	body_utf8 = pg_server_to_any(canonical.data, canonical.len, PG_UTF8);
+	body_utf8_len = body_utf8 == canonical.data ? (size_t) canonical.len : strlen(body_utf8);
+
 	/* lengths in network byte order, as the README documents */
 	method_len_be = pg_hton32((uint32) method_len);
-	path_len_be = pg_hton32((uint32) VARSIZE_ANY_EXHDR(path));
-	body_len_be = pg_hton32((uint32) canonical.len);
+	path_len_be = pg_hton32((uint32) path_utf8_len);
+	body_len_be = pg_hton32((uint32) body_utf8_len);
 	pieces[0] = (HashPiece) {&version, 1};
 	pieces[1] = (HashPiece) {&method_len_be, 4};
 	pieces[2] = (HashPiece) {method, method_len};
 	pieces[3] = (HashPiece) {&path_len_be, 4};
-	pieces[4] = (HashPiece) {VARDATA_ANY(path), VARSIZE_ANY_EXHDR(path)};
+	pieces[4] = (HashPiece) {path_utf8, path_utf8_len};
 	pieces[5] = (HashPiece) {&body_len_be, 4};
-	pieces[6] = (HashPiece) {canonical.data, canonical.len};
+	pieces[6] = (HashPiece) {body_utf8, body_utf8_len};
 
 	PG_RETURN_BYTEA_P(sha256_pieces(pieces, lengthof(pieces)));
 }

@@ -737,10 +737,22 @@ in_tenant(text *value)
  * commands and PUBLIC, checking fn(column) on new rows?
  */
 static bool
+is_call_on_column(Expr *expr, Oid fn, AttrNumber column)
+{
+	FuncExpr   *call = (FuncExpr *) expr;
+	Var		   *arg;
+
+	if (call == NULL || !IsA(call, FuncExpr) || call->funcid != fn ||
+		list_length(call->args) != 1)
+		return false;
+	arg = (Var *) linitial(call->args);
+	return IsA(arg, Var) && arg->varno == 1 && arg->varlevelsup == 0 &&
+		arg->varattno == column;
+}
+
+static bool
 is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
 {
-	FuncExpr   *check = (FuncExpr *) policy->with_check_qual;
-	Var		   *arg;
 	Datum	   *roles;
 	int			nroles;
 
@@ -750,12 +762,9 @@ is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
 					  &roles, NULL, &nroles);
 	if (nroles != 1 || DatumGetObjectId(roles[0]) != ACL_ID_PUBLIC)
 		return false;
-	if (check == NULL || !IsA(check, FuncExpr) || check->funcid != fn ||
-		list_length(check->args) != 1)
-		return false;
-	arg = (Var *) linitial(check->args);
-	return IsA(arg, Var) && arg->varno == 1 && arg->varlevelsup == 0 &&
-		arg->varattno == column;
+	/* both: a narrower USING would hide rows the probe could report */
+	return is_call_on_column(policy->qual, fn, column) &&
+		is_call_on_column(policy->with_check_qual, fn, column);
 }
 
 /*
@@ -768,8 +777,10 @@ is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
  * idem_scope_in_tenant for records, idem_consumer_in_scope for the inbox),
  * and besides it only permissive policies for SELECT, UPDATE or DELETE, such
  * as the global reconcilers' (they may widen what a role sees, never narrow
- * what it may insert).  An INSERT's checks then pass exactly when the
- * function says yes.  With other policies (a restrictive one per role, say)
+ * what it may insert), and restrictive ones for UPDATE or DELETE, which
+ * touch neither what a role inserts nor what it sees (the global
+ * reconcilers' unknown-only policy).  An INSERT's checks then pass exactly
+ * when the function says yes.  With other policies (a restrictive one per role, say)
  * the answer is IDEM_TENANT_UNKNOWN, and the executor decides as before.
  */
 IdemTenantCheck
@@ -817,10 +828,10 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 
 			if (!tenant_policy && is_tenant_policy(policy, fn, column))
 				tenant_policy = true;
-			else if (!policy->permissive ||
-					 (policy->polcmd != ACL_SELECT_CHR &&
-					  policy->polcmd != ACL_UPDATE_CHR &&
-					  policy->polcmd != ACL_DELETE_CHR))
+			else if (policy->polcmd == ACL_UPDATE_CHR ||
+					 policy->polcmd == ACL_DELETE_CHR)
+				continue;
+			else if (!policy->permissive || policy->polcmd != ACL_SELECT_CHR)
 				others = true;
 		}
 	}

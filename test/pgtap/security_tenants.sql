@@ -20,7 +20,7 @@
 -- Everything, roles included, is rolled back.  Keys are prefixed "ten.",
 -- roles are regress_idem_ten_*.
 BEGIN;
-SELECT plan(83);
+SELECT plan(87);
 SET LOCAL statement_timeout = '60s';
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql pg_catalog.text) RETURNS pg_catalog.text LANGUAGE plpgsql AS $fn$
@@ -54,7 +54,7 @@ CREATE ROLE regress_idem_ten_plain_rec;
 SELECT idem_grant(k, 'regress_idem_ten_app') FROM unnest('{client,reconciler,maintenance,monitor}'::text[]) k;
 SELECT lives_ok($$SELECT idem_grant('global_reconciler', 'regress_idem_ten_rec')$$, 'idem_grant global_reconciler');
 SELECT lives_ok($$SELECT idem_grant('global_reconciler', 'regress_idem_ten_rec')$$, 'a second time changes nothing');
-SELECT results_eq($$SELECT role::text FROM idem_global_reconcilers$$, $$VALUES ('regress_idem_ten_rec')$$,
+SELECT results_eq($$SELECT role::text COLLATE "default" FROM idem_global_reconcilers$$, $$VALUES ('regress_idem_ten_rec')$$,
                   'the role is listed once in idem_global_reconcilers');
 SELECT idem_grant('reconciler', 'regress_idem_ten_plain_rec');
 -- exactly what the kind grants, beyond what a role without grants has
@@ -75,9 +75,17 @@ SELECT set_eq(
       WHERE c.relkind IN ('r', 'v')
         AND has_table_privilege('regress_idem_ten_rec', c.oid, m.privilege)
         AND NOT has_table_privilege('regress_idem_ten_nobody', c.oid, m.privilege)$$,
-    $$VALUES ('idempotency_records', 'SELECT'), ('idempotency_records', 'UPDATE'),
+    $$VALUES ('idempotency_records', 'SELECT'),
              ('idem_stuck', 'SELECT'), ('idem_summary', 'SELECT')$$,
-    'and may read the records and both views and update the records, nothing else');
+    'and may read the records and both views, nothing else');
+SELECT results_eq(
+    $$SELECT attname::text COLLATE "default" FROM pg_attribute
+      WHERE attrelid = 'idempotency_records'::regclass AND attnum > 0 AND NOT attisdropped
+        AND has_column_privilege('regress_idem_ten_rec', attrelid, attnum, 'UPDATE')
+      ORDER BY 1$$,
+    $$VALUES ('completed_at'), ('error'), ('expires_at'), ('response_code'), ('result'),
+             ('retryable'), ('status'), ('updated_at')$$,
+    'and update only the columns idem_resolve writes');
 SELECT lives_ok($$SELECT idem_tenant_isolation()$$, 'tenant isolation on');
 
 -- 1. the rule --------------------------------------------------------------------------------------
@@ -316,8 +324,16 @@ SELECT throws_ok($$INSERT INTO idempotency_records (scope, key, fingerprint, tok
                  '42501', NULL, 'nor insert them');
 SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET result = '{"forged": 1}' WHERE scope = 't2' AND key <> 'ten.u'$$),
           0::bigint, 'an UPDATE of records that are not unknown changes nothing');
-SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET attempts = attempts WHERE key = 'ten.u' AND scope = 't10'$$),
-          1::bigint, 'an UPDATE reaches unknown records only');
+SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET result = '{"forged": 1}' WHERE scope = 't1' AND key <> 'ten.u'$$),
+          0::bigint, 'nor of the tenant it SET: the permissive tenant policy does not widen it');
+SELECT throws_ok($$UPDATE idempotency_records SET token = token + 5 WHERE scope = 't1'$$, '42501', NULL,
+                 'it may update only the columns idem_resolve writes (not a token)');
+SELECT throws_ok($$UPDATE idempotency_records SET status = 'processing' WHERE key = 'ten.u' AND scope = 't10'$$,
+                 'IK005', NULL, 'nor put an unknown record back to processing (the records'' machine refuses it)');
+SAVEPOINT resolve_by_hand;
+SELECT is(pg_temp.row_count($$UPDATE idempotency_records SET status = 'failed' WHERE key = 'ten.u' AND scope = 't10'$$),
+          1::bigint, 'an UPDATE reaches unknown records only, to resolve them');
+ROLLBACK TO SAVEPOINT resolve_by_hand;
 RESET ROLE;
 SELECT results_eq($$SELECT scope COLLATE "default", status::text, result, retryable FROM idempotency_records
                     WHERE key = 'ten.u' AND scope IN ('t1/orders', 't2', 't2/orders') ORDER BY 1$$,
