@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""A fake payment provider on 127.0.0.1 for test/clients: charges at most once
+per payment id, declines amounts of 9000 and more, and on a first call times
+out sometimes (seeded): it decides (charge or not, half each), then answers
+only after PROVIDER_DELAY seconds, longer than the services wait.
+
+  POST /charges  {"payment_id": ..., "amount": ...}  201 {"charge_id", "amount"},
+                 200 for a repeated id (the same charge), 402 for a decline
+  GET  /charges/<payment_id>                        200 the charge, or 404
+  GET  /stats                                       {"calls": {id: n}, "charges": {id: charge}}
+
+Usage: fake_provider.py PORT [SEED]"""
+import json
+import random
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SEED = sys.argv[2] if len(sys.argv) > 2 else "1"
+TIMEOUT_RATE = 0.3
+PROVIDER_DELAY = 2.5
+lock = threading.Lock()
+calls = {}      # payment id -> number of POST /charges
+charges = {}    # payment id -> {"charge_id", "amount"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def send(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/stats":
+            with lock:
+                return self.send(200, {"calls": calls, "charges": charges})
+        if self.path.startswith("/charges/"):
+            with lock:
+                charge = charges.get(self.path[len("/charges/"):])
+            return self.send(200, charge) if charge else self.send(404, {"error": "no such charge"})
+        self.send(404, {"error": "not found"})
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        pid, amount = req["payment_id"], req["amount"]
+        with lock:
+            calls[pid] = n = calls.get(pid, 0) + 1
+            if pid in charges:
+                status, body = 200, charges[pid]
+            elif amount >= 9000:
+                status, body = 402, {"decline_code": "insufficient_funds"}
+            else:
+                status, body = 201, {"charge_id": "ch_%d" % (len(charges) + 1), "amount": amount}
+            rng = random.Random("%s:%s:%d" % (SEED, pid, n))
+            timeout = n == 1 and status != 402 and rng.random() < TIMEOUT_RATE
+            charge = random.Random("%s:%s:charge" % (SEED, pid)).random() < 0.5
+            if status == 201 and (not timeout or charge):
+                charges[pid] = body
+        if timeout:
+            time.sleep(PROVIDER_DELAY)    # the caller has given up by now
+        try:
+            self.send(status, body)
+        except BrokenPipeError:
+            pass                          # it had given up
+
+
+if __name__ == "__main__":
+    ThreadingHTTPServer.request_queue_size = 128  # listen backlog: bursts of duplicates
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    server.daemon_threads = True
+    server.serve_forever()

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""An HTTP API with the IETF "Idempotency-Key HTTP Header Field" draft on top
+of the idempotency extension: the Python standard library's HTTP server and
+psycopg 3, one connection per request (through PgBouncer).
+
+  POST /orders     one transaction: claim, INSERT the order, complete, COMMIT
+  POST /payments   multi-phase: claim (autocommit), checkpoint, call the
+                   payment provider, then complete / fail, or mark unknown
+  POST /reconcile  resolves unknown payments by asking the provider
+
+Environment: IDEM_DSN, PROVIDER_URL, PORT.  Tables: test/clients/schema.sql."""
+import json
+import math
+import os
+import re
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+DSN = os.environ["IDEM_DSN"]
+PROVIDER = os.environ["PROVIDER_URL"]
+BROKEN = os.environ.get("IDEM_CLIENTS_BREAK") == "1"  # tests only: skip the claim
+# The draft's key is an RFC 8941 sf-string: "..." of printable ASCII.
+KEY = re.compile(r'^"([\x20\x21\x23-\x5b\x5d-\x7e]{1,255})"$')
+CLAIM = """SELECT outcome, token, status, response_code, result, error, lease_expires_at
+             FROM idem_claim(%s, idem_request_fingerprint('POST', %s, %s), lease => %s)"""
+
+
+class Answer:
+    """An HTTP answer: status, JSON body, headers."""
+    def __init__(self, status, body, headers=None, ctype="application/json"):
+        self.status, self.body, self.headers, self.ctype = status, body, headers or {}, ctype
+
+
+def problem(status, title, detail, headers=None):
+    """An RFC 7807 problem (its Content-Type is set by send)."""
+    return Answer(status, {"type": "about:blank", "title": title, "status": status,
+                           "detail": detail}, headers, "application/problem+json")
+
+
+def connect():
+    # prepare_threshold=None: psycopg otherwise turns a query run 5 times
+    # into a named prepared statement ("_pg3_0") of one server connection.
+    # Behind PgBouncer in transaction mode the next transaction may get
+    # another server connection, which lacks it or already has one of that
+    # name (42P05).  autocommit: each statement is its own transaction
+    # unless inside conn.transaction().
+    return psycopg.connect(DSN, prepare_threshold=None, autocommit=True, row_factory=dict_row)
+
+
+def claim(conn, key, path, body, lease=None):
+    if BROKEN:
+        return {"outcome": "new", "token": None}
+    return conn.execute(CLAIM, (key, path, Jsonb(body), lease)).fetchone()
+
+
+def not_owner(row):
+    """The answer for a claim that did not make us the owner."""
+    if row["outcome"] == "replay":
+        body = row["result"] if row["status"] == "succeeded" else row["error"]
+        return Answer(row["response_code"], body, {"Idempotent-Replayed": "true"})
+    if row["outcome"] == "unknown":
+        return Answer(202, {"status": "pending", "detail": "being reconciled"})
+    # in_progress: the first request is still running
+    wait = 1
+    if row["lease_expires_at"]:
+        left = (row["lease_expires_at"] - datetime.now(timezone.utc)).total_seconds()
+        wait = max(1, math.ceil(left))
+    return problem(409, "Request in progress",
+                   "A request with this Idempotency-Key is being processed; retry later.",
+                   {"Retry-After": str(wait)})
+
+
+def orders(key, body):
+    with connect() as conn:
+        with conn.transaction():
+            row = claim(conn, key, "/orders", body)
+            if row["outcome"] not in ("new", "takeover"):
+                return not_owner(row)
+            order = conn.execute(
+                "INSERT INTO orders (idem_key, sku, qty) VALUES (%s, %s, %s) RETURNING id",
+                (key, body.get("sku"), body.get("qty"))).fetchone()
+            result = {"order_id": order["id"], "sku": body.get("sku"), "qty": body.get("qty")}
+            if not BROKEN:
+                conn.execute("SELECT idem_complete(%s, %s, %s, 201)",
+                             (key, row["token"], Jsonb(result)))
+        # committed: only now is the answer true
+        return Answer(201, result)
+
+
+def provider(method, path, body=None, timeout=1.0):
+    req = urllib.request.Request(PROVIDER + path, method=method,
+                                 data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def payments(key, body):
+    with connect() as conn:
+        row = claim(conn, key, "/payments", body, "10 seconds")
+        if row["outcome"] == "in_progress":
+            # wait for the first request's answer, then claim again; beyond
+            # idempotency.max_waiters idem_await answers at once (then 409)
+            conn.execute("SELECT 1 FROM idem_await(%s, '', '3 seconds')", (key,))
+            row = claim(conn, key, "/payments", body, "10 seconds")
+        if row["outcome"] not in ("new", "takeover"):
+            return not_owner(row)
+        token = row["token"]
+        if not BROKEN:
+            conn.execute("SELECT idem_checkpoint(%s, %s, 'provider-call', extend_lease => '10 seconds')",
+                         (key, token))
+        try:
+            status, charge = provider("POST", "/charges", {"payment_id": key, "amount": body.get("amount")})
+        except (TimeoutError, urllib.error.URLError):
+            # the charge may or may not have happened: never retry blindly
+            if not BROKEN:
+                conn.execute("SELECT idem_mark_unknown(%s, %s, %s)",
+                             (key, token, Jsonb({"reason": "provider timeout"})))
+            return Answer(202, {"status": "pending", "detail": "being reconciled"})
+        if status == 402:
+            if not BROKEN:
+                conn.execute("SELECT idem_fail(%s, %s, %s, retryable => false, response_code => 402)",
+                             (key, token, Jsonb(charge)))
+            return Answer(402, charge)
+        result = {"payment_id": key, "charge_id": charge["charge_id"], "amount": charge["amount"]}
+        with conn.transaction():
+            conn.execute("INSERT INTO payments (idem_key, charge_id, amount) VALUES (%s, %s, %s)",
+                         (key, charge["charge_id"], charge["amount"]))
+            if not BROKEN:
+                conn.execute("SELECT idem_complete(%s, %s, %s, 201)", (key, token, Jsonb(result)))
+        return Answer(201, result)
+
+
+def reconcile():
+    """Settles every unknown payment from the provider's own records."""
+    done = {"succeeded": [], "retry": []}
+    with connect() as conn:
+        unknown = conn.execute("SELECT key FROM idempotency_records WHERE status = 'unknown'")
+        for key in [r["key"] for r in unknown.fetchall()]:
+            status, charge = provider("GET", "/charges/" + key)
+            with conn.transaction():
+                if status == 200:   # it happened: save the effect and the answer
+                    result = {"payment_id": key, "charge_id": charge["charge_id"],
+                              "amount": charge["amount"]}
+                    conn.execute("INSERT INTO payments (idem_key, charge_id, amount) VALUES (%s, %s, %s)",
+                                 (key, charge["charge_id"], charge["amount"]))
+                    conn.execute("SELECT idem_resolve(%s, 'succeeded', %s, 201)", (key, Jsonb(result)))
+                    done["succeeded"].append(key)
+                else:               # it did not: the next request does the work
+                    conn.execute("SELECT idem_resolve(%s, 'failed', %s, retryable => true)",
+                                 (key, Jsonb({"reason": "no charge at the provider"})))
+                    done["retry"].append(key)
+    return Answer(200, done)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        try:
+            answer = self.handle_post()
+        except psycopg.Error as e:
+            if e.sqlstate == "IK001":   # the key was used for another request
+                answer = problem(422, "Idempotency-Key reused",
+                                 "This Idempotency-Key was used for a different request.")
+            elif e.sqlstate == "IK002":
+                # Our lease ran out and another request took the key over: it
+                # owns the work now, and a retry gets its answer.
+                answer = problem(409, "Request superseded",
+                                 "Another attempt with this Idempotency-Key took over; retry later.",
+                                 {"Retry-After": "1"})
+            else:
+                answer = problem(500, "Internal Server Error", e.sqlstate or "database error")
+        self.send(answer)
+
+    def handle_post(self):
+        data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/reconcile":
+            return reconcile()
+        if self.path not in ("/orders", "/payments"):
+            return problem(404, "Not Found", self.path)
+        m = KEY.match(self.headers.get("Idempotency-Key", ""))
+        if not m:
+            return problem(400, "Idempotency-Key missing or malformed",
+                           'Send Idempotency-Key: "<1 to 255 printable characters>".')
+        try:
+            body = json.loads(data)
+        except ValueError:
+            return problem(400, "Bad Request", "The body is not JSON.")
+        return (orders if self.path == "/orders" else payments)(m.group(1), body)
+
+    def send(self, a):
+        data = json.dumps(a.body).encode()
+        self.send_response(a.status)
+        self.send_header("Content-Type", a.ctype)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in a.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+if __name__ == "__main__":
+    ThreadingHTTPServer.request_queue_size = 128  # listen backlog: bursts of duplicates
+    server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
