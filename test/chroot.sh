@@ -153,6 +153,14 @@ idem_in_chroot() {
         (cd "$IDEM_ROOT" && tar --exclude='*.o' --exclude='*.so' --exclude='*.bc' -cf - .) |
             tar -xf - -C "$copy" || { exec 9>&-; return 1; }
     fi
+    # The machine's own trust anchors go along, as its resolv.conf does: where
+    # a proxy re-signs TLS (npm's registry, say), the chroot must trust it too.
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+        mkdir -p "$dir/usr/local/share/ca-certificates" &&
+            cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/" &&
+            chroot "$dir" update-ca-certificates >/dev/null 2>&1 ||
+            idem_log "could not add the machine's CA certificates to the chroot"
+    fi
     # The settings of this run go along (values may span lines).
     local -a envs=()
     local name
@@ -160,6 +168,8 @@ idem_in_chroot() {
         case $name in
             IDEM_ROOT|IDEM_PACKAGES|IDEM_PG_BINDIR|IDEM_CACHE|IDEM_PG_MAJOR|IDEM_IN_CHROOT) ;;
             IDEM_*|BENCH_*) envs+=("$name=${!name}") ;;
+            # Node.js reads no system store by itself; point it at the chroot's
+            NODE_EXTRA_CA_CERTS) envs+=("NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt") ;;
         esac
     done
     idem_log "PostgreSQL $major: running $script in the $suite chroot ($dir)"

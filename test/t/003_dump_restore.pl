@@ -416,7 +416,8 @@ is( $node->safe_psql('restored', q{
 is( $node->safe_psql('restored', q{
 		SELECT string_agg(polname || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY polname)
 		  FROM pg_policy WHERE polname LIKE 'idem_global%'}),
-	'idem_global_reconciler:tenant_reconcile idem_global_reconciler_resolve:tenant_reconcile',
+	'idem_global_reconciler:tenant_reconcile idem_global_reconciler_resolve:tenant_reconcile'
+	  . ' idem_global_reconciler_unknown_only:tenant_reconcile',
 	'the global reconciler\'s policies are made again by the restore');
 my $all_records = $node->safe_psql('restored', q{SELECT count(*) FROM idempotency_records});
 cmp_ok($all_records, '>', 1, 'the restored records are in several scopes');
