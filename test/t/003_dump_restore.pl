@@ -123,6 +123,7 @@ SELECT idem_grant('client', 'tenant_app');
 SELECT idem_grant('consumer', 'tenant_app');
 CREATE ROLE tenant_reconcile;
 SELECT idem_grant('global_reconciler', 'tenant_reconcile');
+SELECT idem_grant_tenant('tenant "x"; y', 'tenant_app');
 SELECT idem_tenant_isolation(true);
 SQL
 
@@ -411,6 +412,20 @@ is( $node->safe_psql('restored', q{
 		SET idempotency.scope = 'tenant "x"; y';
 		SELECT outcome, result FROM idem_claim('done', idem_fingerprint('f'), '1 hour', scope => 'tenant "x"; y')}),
 	'replay|{"scoped": true}', 'and claims its keys with the restored grants');
+# A tenant allowed by idem_grant_tenant: the table is dumped, and loading it
+# makes the policy idem_tenant_members again; no idempotency.scope is needed.
+is( $node->safe_psql('restored', q{
+		SELECT role || ':' || tenant FROM idem_tenant_members}),
+	'tenant_app:tenant "x"; y', 'idem_tenant_members is restored');
+is( $node->safe_psql('restored', q{
+		SELECT string_agg(polrelid::regclass || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY 1)
+		  FROM pg_policy WHERE polname = 'idem_tenant_members'}),
+	'idem_inbox:tenant_app idem_inbox_streams:tenant_app idempotency_records:tenant_app',
+	'and its policies are made again');
+is( $node->safe_psql('restored', q{
+		SET ROLE tenant_app;
+		SELECT outcome, result FROM idem_claim('done', idem_fingerprint('f'), '1 hour', scope => 'tenant "x"; y')}),
+	'replay|{"scoped": true}', 'the allowed tenant claims its keys without idempotency.scope');
 # The global reconciler's policies are not dumped (made after CREATE
 # EXTENSION on its tables); loading idem_global_reconcilers makes them again.
 is( $node->safe_psql('restored', q{
