@@ -418,7 +418,7 @@ is( $node->safe_psql('restored', q{
 		SELECT role || ':' || tenant FROM idem_tenant_members}),
 	'tenant_app:tenant "x"; y', 'idem_tenant_members is restored');
 is( $node->safe_psql('restored', q{
-		SELECT string_agg(polrelid::regclass || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY 1)
+		SELECT string_agg(polrelid::regclass || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY polrelid::regclass::text)
 		  FROM pg_policy WHERE polname = 'idem_tenant_members'}),
 	'idem_inbox:tenant_app idem_inbox_streams:tenant_app idempotency_records:tenant_app',
 	'and its policies are made again');
@@ -431,7 +431,8 @@ is( $node->safe_psql('restored', q{
 is( $node->safe_psql('restored', q{
 		SELECT string_agg(polname || ':' || array_to_string(polroles::regrole[], ','), ' ' ORDER BY polname)
 		  FROM pg_policy WHERE polname LIKE 'idem_global%'}),
-	'idem_global_reconciler:tenant_reconcile idem_global_reconciler_resolve:tenant_reconcile',
+	'idem_global_reconciler:tenant_reconcile idem_global_reconciler_resolve:tenant_reconcile '
+	. 'idem_global_reconciler_unknown_only:tenant_reconcile',
 	'the global reconciler\'s policies are made again by the restore');
 my $all_records = $node->safe_psql('restored', q{SELECT count(*) FROM idempotency_records});
 cmp_ok($all_records, '>', 1, 'the restored records are in several scopes');
