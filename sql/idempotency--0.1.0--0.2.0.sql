@@ -604,3 +604,199 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
     'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, and its place among the global reconcilers';
+
+/*
+ * Tenant as an argument (issue 14): a role allowed a tenant works in that
+ * tenant's scopes without idempotency.scope, so that a step of a multi-phase
+ * request is one autocommit call and nothing is left in the session for the
+ * next client of a pooled connection.
+ *
+ * idem_tenant_members says which role (by name, exactly current_user: no
+ * inheritance through role membership) is allowed which tenant.  A tenant
+ * here is a name without '/', and a scope belongs to it when the scope's text
+ * before its first '/' is the tenant: 't1' allows 't1', 't1/orders',
+ * 't1//x', not 't10' or 't1x/orders'.
+ *
+ * A second permissive policy, idem_tenant_members, on the three tables
+ * accepts a row when its scope's (an inbox row: its consumer's) first part is
+ * one of idem_role_tenants().  It names the roles of the table (TO ...), made
+ * by the table's trigger as for the global reconcilers (pg_dump keeps the
+ * table, and a restore that loads the rows makes the policies again), so
+ * that for every other role it does not exist and idem_tenant alone stays a
+ * range of the primary key.  The function is called in a scalar sub-select,
+ * so that it runs at most once per query (an initPlan).  A role named in a
+ * policy cannot be dropped before idem_revoke_tenant or idem_revoke_all (or
+ * DROP OWNED) takes it out.
+ *
+ * The C code (src/record_store.c, idem_store_tenant_check) recognises this
+ * policy and calls idem_role_tenants() itself, so that its answer agrees
+ * with the policy's; with policies of any other form it answers "unknown".
+ */
+CREATE TABLE @extschema@.idem_tenant_members (
+    role name NOT NULL,
+    tenant text NOT NULL
+        CONSTRAINT idem_tenant_members_tenant_check
+        CHECK (tenant OPERATOR(pg_catalog.<>) ''
+               AND pg_catalog.strpos(tenant, '/') OPERATOR(pg_catalog.=) 0),
+    PRIMARY KEY (role, tenant)
+);
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members', '');
+REVOKE ALL ON TABLE @extschema@.idem_tenant_members FROM PUBLIC;
+-- the policies read it with the privileges of whoever reads the records
+GRANT SELECT ON TABLE @extschema@.idem_tenant_members TO PUBLIC;
+
+COMMENT ON TABLE @extschema@.idem_tenant_members IS
+    'the tenants each role may work in without idempotency.scope (idem_grant_tenant)';
+
+CREATE FUNCTION @extschema@.idem_role_tenants()
+RETURNS text[]
+LANGUAGE sql STABLE PARALLEL SAFE
+BEGIN ATOMIC
+    SELECT ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
+                 WHERE m.role OPERATOR(pg_catalog.=) CURRENT_USER
+                 ORDER BY m.tenant);
+END;
+
+COMMENT ON FUNCTION @extschema@.idem_role_tenants() IS
+    'the tenants the current role may work in without idempotency.scope (tenant isolation)';
+
+CREATE FUNCTION @extschema@.idem_apply_tenant_members()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    roles text;
+    t record;
+BEGIN
+    SELECT string_agg(DISTINCT quote_ident(a.rolname), ', ') INTO roles
+    FROM @extschema@.idem_tenant_members m
+    JOIN pg_catalog.pg_roles a ON a.rolname OPERATOR(pg_catalog.=) m.role;
+    FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
+                                   ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer')) v(tab, col)
+    LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+                   WHERE p.polrelid OPERATOR(pg_catalog.=) t.tab
+                     AND p.polname OPERATOR(pg_catalog.=) 'idem_tenant_members') THEN
+            EXECUTE format('DROP POLICY idem_tenant_members ON %s', t.tab);
+        END IF;
+        IF roles IS NOT NULL THEN
+            EXECUTE format('CREATE POLICY idem_tenant_members ON %1$s TO %2$s '
+                           'USING (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[])) '
+                           'WITH CHECK (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[]))',
+                           t.tab, roles, t.col);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_apply_tenant_members() FROM PUBLIC;
+
+CREATE TRIGGER idem_apply_tenant_members
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_tenant_members
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_apply_tenant_members();
+
+CREATE FUNCTION @extschema@.idem_grant_tenant(tenant text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF tenant IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'tenant and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'No tenant is allowed to PUBLIC: name a role.';
+    END IF;
+    IF tenant OPERATOR(pg_catalog.=) '' OR pg_catalog.strpos(tenant, '/') OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'tenant "%" must be a name without "/"', tenant
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The role is allowed the tenant''s scopes: the tenant itself and those that start with "<tenant>/".';
+    END IF;
+    INSERT INTO @extschema@.idem_tenant_members (role, tenant)
+    SELECT a.rolname, idem_grant_tenant.tenant FROM pg_catalog.pg_roles a
+     WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid
+    ON CONFLICT ON CONSTRAINT idem_tenant_members_pkey DO NOTHING;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_grant_tenant(text, regrole) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_grant_tenant(text, regrole) IS
+    'allow a role the scopes of a tenant without idempotency.scope (tenant isolation)';
+
+CREATE FUNCTION @extschema@.idem_revoke_tenant(tenant text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF tenant IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'tenant and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    DELETE FROM @extschema@.idem_tenant_members m
+     WHERE m.tenant OPERATOR(pg_catalog.=) idem_revoke_tenant.tenant
+       AND m.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
+                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) IS
+    'take a tenant allowed by idem_grant_tenant from a role';
+
+-- a role that loses its privileges loses its tenants too (a later role of the
+-- same name must not inherit them)
+CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    object record;
+BEGIN
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION 'grantee must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR object IN
+        SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        UNION ALL
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass)
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
+    END LOOP;
+    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
+    DELETE FROM @extschema@.idem_global_reconcilers g
+     WHERE g.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
+                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+    DELETE FROM @extschema@.idem_tenant_members m
+     WHERE m.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
+                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
+    'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, its place among the global reconcilers and its tenants';

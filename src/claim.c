@@ -363,7 +363,7 @@ idem_claim(PG_FUNCTION_ARGS)
 				 errdetail("idempotency.scope is not set.") :
 				 errdetail("idempotency.scope is \"%s\": its scopes are \"%s\" and those that start with \"%s/\".",
 						   tenant, tenant, tenant),
-				 errhint("Set idempotency.scope with SET LOCAL or set_config(..., true) in the transaction of the claim.")));
+				 errhint("Set idempotency.scope with SET LOCAL or set_config(..., true) in the transaction of the claim, or allow the role the tenant with idem_grant_tenant.")));
 	}
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)

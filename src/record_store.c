@@ -45,6 +45,8 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
@@ -734,7 +736,13 @@ in_tenant(text *value)
 
 /*
  * Is this policy idem_tenant as the extension makes it: permissive, for all
- * commands and PUBLIC, checking fn(column) on new rows?
+ * commands and PUBLIC, checking the same test on new rows as on old ones?
+ * The test is fn(column) (0.1.0), or (0.2.0) fn(column) OR the role's
+ * tenants:
+ *
+ *     fn(column) OR split_part(column, '/', 1) = ANY ((SELECT roles_fn()))::text[]
+ *
+ * *role_arm says which.
  */
 static bool
 is_call_on_column(Expr *expr, Oid fn, AttrNumber column)
@@ -750,13 +758,72 @@ is_call_on_column(Expr *expr, Oid fn, AttrNumber column)
 		arg->varattno == column;
 }
 
+/* split_part(column, '/', 1) = ANY ((SELECT roles_fn()))::text[] */
+static bool
+is_role_tenants_test(Expr *expr, Oid roles_fn, AttrNumber column)
+{
+	ScalarArrayOpExpr *saop = (ScalarArrayOpExpr *) expr;
+	FuncExpr   *split;
+	Var		   *var;
+	Const	   *sep;
+	Const	   *field;
+	SubLink    *sublink;
+	Query	   *query;
+	TargetEntry *entry;
+	FuncExpr   *call;
+
+	if (!OidIsValid(roles_fn) || saop == NULL || !IsA(saop, ScalarArrayOpExpr) ||
+		!saop->useOr || saop->opno != TextEqualOperator ||
+		list_length(saop->args) != 2)
+		return false;
+	split = (FuncExpr *) linitial(saop->args);
+	if (!IsA(split, FuncExpr) || split->funcid != F_SPLIT_PART ||
+		list_length(split->args) != 3)
+		return false;
+	var = (Var *) linitial(split->args);
+	sep = (Const *) lsecond(split->args);
+	field = (Const *) lthird(split->args);
+	if (!IsA(var, Var) || var->varno != 1 || var->varlevelsup != 0 ||
+		var->varattno != column)
+		return false;
+	if (!IsA(sep, Const) || sep->constisnull || sep->consttype != TEXTOID ||
+		strcmp(TextDatumGetCString(sep->constvalue), "/") != 0)
+		return false;
+	if (!IsA(field, Const) || field->constisnull || field->consttype != INT4OID ||
+		DatumGetInt32(field->constvalue) != 1)
+		return false;
+	sublink = (SubLink *) lsecond(saop->args);
+	if (!IsA(sublink, SubLink) || sublink->subLinkType != EXPR_SUBLINK ||
+		sublink->testexpr != NULL)
+		return false;
+	query = (Query *) sublink->subselect;
+	if (query == NULL || !IsA(query, Query) || query->commandType != CMD_SELECT ||
+		query->rtable != NIL ||
+		(query->jointree != NULL && (query->jointree->fromlist != NIL ||
+									 query->jointree->quals != NULL)) ||
+		query->hasAggs || query->hasSubLinks || query->hasTargetSRFs ||
+		query->cteList != NIL || query->groupClause != NIL ||
+		query->havingQual != NULL || query->limitCount != NULL ||
+		query->limitOffset != NULL || list_length(query->targetList) != 1)
+		return false;
+	entry = (TargetEntry *) linitial(query->targetList);
+	call = (FuncExpr *) entry->expr;
+	return IsA(call, FuncExpr) && call->funcid == roles_fn && call->args == NIL;
+}
+
+static bool
+is_for_all_permissive(RowSecurityPolicy *policy)
+{
+	return policy->permissive && policy->polcmd == '*';
+}
+
 static bool
 is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
 {
 	Datum	   *roles;
 	int			nroles;
 
-	if (!policy->permissive || policy->polcmd != '*')
+	if (!is_for_all_permissive(policy))
 		return false;
 	deconstruct_array(policy->roles, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
 					  &roles, NULL, &nroles);
@@ -768,8 +835,71 @@ is_tenant_policy(RowSecurityPolicy *policy, Oid fn, AttrNumber column)
 }
 
 /*
+ * Is this the policy idem_tenant_members as its trigger makes it, and does
+ * it apply to the current user (as in rewrite/rowsecurity.c)?
+ */
+static bool
+is_members_policy(RowSecurityPolicy *policy, Oid roles_fn, AttrNumber column,
+				  bool *applies)
+{
+	Datum	   *roles;
+	int			nroles;
+	int			i;
+
+	if (!is_for_all_permissive(policy) ||
+		!is_role_tenants_test(policy->qual, roles_fn, column) ||
+		!is_role_tenants_test(policy->with_check_qual, roles_fn, column))
+		return false;
+	deconstruct_array(policy->roles, OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+					  &roles, NULL, &nroles);
+	*applies = false;
+	for (i = 0; i < nroles; i++)
+	{
+		Oid			role = DatumGetObjectId(roles[i]);
+
+		if (role == ACL_ID_PUBLIC || has_privs_of_role(GetUserId(), role))
+			*applies = true;
+	}
+	return true;
+}
+
+/*
+ * Is the value's text before its first '/' one of the tenants that
+ * roles_fn() (idem_role_tenants) allows the current role?  The function is
+ * the policy's own, called the same way, so the answers agree.
+ */
+static bool
+in_role_tenants(text *value, Oid roles_fn)
+{
+	size_t		len = VARSIZE_ANY_EXHDR(value);
+	const char *data = VARDATA_ANY(value);
+	const char *slash = memchr(data, '/', len);
+	size_t		first = slash ? (size_t) (slash - data) : len;
+	ArrayType  *tenants;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	tenants = DatumGetArrayTypeP(OidFunctionCall0Coll(roles_fn, DEFAULT_COLLATION_OID));
+	deconstruct_array(tenants, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+	{
+		text	   *t;
+
+		if (nulls[i])
+			continue;
+		t = DatumGetTextPP(elems[i]);
+		if (VARSIZE_ANY_EXHDR(t) == first && memcmp(VARDATA_ANY(t), data, first) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Under row-level security, does the first key column (a record's scope, an
- * inbox message's consumer) belong to the tenant in idempotency.scope?
+ * inbox message's consumer) belong to the tenant in idempotency.scope, or
+ * (0.2.0) to one of the tenants idem_tenant_members allows the current role?
  *
  * This can be told only while the policies are the extension's: idem_tenant
  * as it comes (its check is the SQL function named here, whose rule
@@ -791,8 +921,10 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	const char *column_name;
 	Oid			argtypes[1] = {TEXTOID};
 	Oid			fn;
+	Oid			roles_fn;
 	AttrNumber	column;
 	bool		tenant_policy = false;
+	bool		role_arm = false;
 	bool		others = false;
 	ListCell   *lc;
 
@@ -815,6 +947,9 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	fn = LookupFuncName(list_make2(makeString(pstrdup(NameStr(objects->namespace_name))),
 								   makeString(pstrdup(fn_name))),
 						1, argtypes, true);
+	roles_fn = LookupFuncName(list_make2(makeString(pstrdup(NameStr(objects->namespace_name))),
+										 makeString(pstrdup("idem_role_tenants"))),
+							  0, argtypes, true);
 	column = get_attnum(heap_oid, column_name);
 	if (!OidIsValid(fn) || column == InvalidAttrNumber)
 		return IDEM_TENANT_UNKNOWN;
@@ -825,9 +960,12 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 		foreach(lc, heap->rd_rsdesc->policies)
 		{
 			RowSecurityPolicy *policy = (RowSecurityPolicy *) lfirst(lc);
+			bool		applies;
 
 			if (!tenant_policy && is_tenant_policy(policy, fn, column))
 				tenant_policy = true;
+			else if (is_members_policy(policy, roles_fn, column, &applies))
+				role_arm = role_arm || applies;
 			else if (policy->polcmd == ACL_UPDATE_CHR ||
 					 policy->polcmd == ACL_DELETE_CHR)
 				continue;
@@ -839,7 +977,11 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	if (!tenant_policy || others)
 		return IDEM_TENANT_UNKNOWN;
 
-	return in_tenant(key1) ? IDEM_TENANT_INSIDE : IDEM_TENANT_OUTSIDE;
+	if (in_tenant(key1))
+		return IDEM_TENANT_INSIDE;
+	if (role_arm && in_role_tenants(key1, roles_fn))
+		return IDEM_TENANT_INSIDE;
+	return IDEM_TENANT_OUTSIDE;
 }
 
 /*

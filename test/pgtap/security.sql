@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 48::bigint, 'the extension has 48 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 52::bigint, 'the extension has 52 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -75,16 +75,17 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
 SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
-                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
+                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_role_tenants()'), ('idem_scope_in_tenant(text)')$$,
+                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, '
+                  'and idem_role_tenants, bound at creation and called once per query by the policies');
 
 SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
                 'nothing of the extension is writable by PUBLIC');
 SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
                   $$VALUES ('idem_attached_machines'), ('idem_global_reconcilers'), ('idem_machine_moves'),
-                           ('idem_machines'), ('idem_settings'), ('idem_token_epoch')$$,
-                  'PUBLIC may read the machine definitions, the settings, the global reconcilers and the token epoch, nothing else');
+                           ('idem_machines'), ('idem_settings'), ('idem_tenant_members'), ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions, the settings, the global reconcilers, the tenant members and the token epoch, nothing else');
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
@@ -99,7 +100,7 @@ SELECT results_eq(
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
-             ('idem_request_fingerprint(text,text,jsonb,text[])'),
+             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'),
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
@@ -154,10 +155,13 @@ INSERT INTO calls VALUES
     ('idem_tenant_isolation(boolean)', 'idem_tenant_isolation', $$SELECT idem_tenant_isolation()$$),
     ('idem_grant(text,regrole)', 'idem_grant', $$SELECT idem_grant('client', 'regress_idem_sec_nobody')$$),
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
+    ('idem_grant_tenant(text,regrole)', 'idem_grant_tenant', $$SELECT idem_grant_tenant('t1', 'regress_idem_sec_nobody')$$),
+    ('idem_revoke_tenant(text,regrole)', 'idem_revoke_tenant', $$SELECT idem_revoke_tenant('t1', 'regress_idem_sec_nobody')$$),
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
     ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
     ('idem_apply_global_reconcilers()', 'idem_apply_global_reconcilers', $$SELECT idem_apply_global_reconcilers()$$),
+    ('idem_apply_tenant_members()', 'idem_apply_tenant_members', $$SELECT idem_apply_tenant_members()$$),
     ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
     ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$),
     ('idem_records_rekeyed()', 'idem_records_rekeyed', $$SELECT idem_records_rekeyed()$$);
@@ -216,7 +220,8 @@ GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, bool
     idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
     idem_purge(integer, integer), idem_define_machine(text, jsonb, text[]), idem_drop_machine(text),
     idem_attach_machine(regclass, name, text, boolean, boolean), idem_detach_machine(regclass, name),
-    idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole)
+    idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole),
+    idem_grant_tenant(text, regrole), idem_revoke_tenant(text, regrole)
   TO regress_idem_sec_exec;
 
 -- what each kind grants, exactly

@@ -99,7 +99,7 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
            || c.relrowsecurity::text || c.relforcerowsecurity::text AS line
       FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'S')
        -- added by 0.2.0 (tenants, issue 14)
-       AND c.relname NOT IN ('idem_global_reconcilers')
+       AND c.relname NOT IN ('idem_global_reconcilers', 'idem_tenant_members')
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
@@ -110,6 +110,9 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND p.proname <> 'idem_request_fingerprint'
        -- added by 0.2.0 (tenants, issue 14)
        AND p.proname NOT IN ('idem_scope_in_tenant', 'idem_apply_global_reconcilers')
+       -- added by 0.2.0 (tenant as an argument, issue 14)
+       AND p.proname NOT IN ('idem_role_tenants', 'idem_grant_tenant', 'idem_revoke_tenant',
+                              'idem_apply_tenant_members')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
