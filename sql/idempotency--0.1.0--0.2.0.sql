@@ -410,10 +410,12 @@ ALTER POLICY idem_tenant ON @extschema@.idempotency_records
  * table, not policies made after CREATE EXTENSION on the extension's tables,
  * and a restore that loads the rows makes the policies again.  A role in a
  * policy cannot be dropped before idem_revoke_all (or DROP OWNED) takes it
- * out; a row whose role is gone (a restore without the role) is skipped.
- * Roles are kept by name, as pg_dump keeps grants: an OID would outlive a
- * role dropped by DROP OWNED and DROP ROLE and be taken by the next role that
- * gets it, and a restore elsewhere would read another role's number.
+ * out.  Roles are kept as regrole, as the catalogs keep grants: a rename
+ * keeps the kind, a new role of a dropped role's name does not get it, and
+ * pg_upgrade keeps role OIDs.  pg_dump writes them as names (restore the
+ * roles first); a row whose role was dropped (DROP OWNED, then DROP ROLE)
+ * is skipped, and left out of dumps so that no other cluster reads its
+ * number.
  *
  * A third policy, restrictive, confines every UPDATE of these roles to
  * unknown records resolved to succeeded or failed: the permissive tenant
@@ -421,9 +423,10 @@ ALTER POLICY idem_tenant ON @extschema@.idempotency_records
  * Their UPDATE privilege covers only the columns idem_resolve writes.
  */
 CREATE TABLE @extschema@.idem_global_reconcilers (
-    role name PRIMARY KEY
+    role regrole PRIMARY KEY
 );
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_global_reconcilers', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_global_reconcilers',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid)');
 REVOKE ALL ON TABLE @extschema@.idem_global_reconcilers FROM PUBLIC;
 GRANT SELECT ON TABLE @extschema@.idem_global_reconcilers TO PUBLIC;
 
@@ -440,7 +443,7 @@ DECLARE
 BEGIN
     SELECT string_agg(quote_ident(a.rolname), ', ' ORDER BY a.rolname) INTO roles
     FROM @extschema@.idem_global_reconcilers g
-    JOIN pg_catalog.pg_roles a ON a.rolname OPERATOR(pg_catalog.=) g.role;
+    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid;
     IF EXISTS (SELECT FROM pg_catalog.pg_policy p
                WHERE p.polrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_records'::pg_catalog.regclass
                  AND p.polname OPERATOR(pg_catalog.=) 'idem_global_reconciler') THEN
@@ -516,8 +519,8 @@ BEGIN
                       'completed_at, updated_at, expires_at)';
         EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary TO %2$s', s, grantee);
         EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
-                       'SELECT a.rolname FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) %s '
-                       'ON CONFLICT (role) DO NOTHING', s, grantee::pg_catalog.oid);
+                       'VALUES (%s::pg_catalog.oid::pg_catalog.regrole) ON CONFLICT (role) DO NOTHING',
+                       s, grantee::pg_catalog.oid);
     WHEN 'reader' THEN
         functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
         tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
@@ -597,8 +600,7 @@ BEGIN
     END LOOP;
     EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
     DELETE FROM @extschema@.idem_global_reconcilers g
-     WHERE g.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
-                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+     WHERE g.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
 END
 $$;
 
@@ -611,8 +613,11 @@ COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
  * request is one autocommit call and nothing is left in the session for the
  * next client of a pooled connection.
  *
- * idem_tenant_members says which role (by name, exactly current_user: no
- * inheritance through role membership) is allowed which tenant.  A tenant
+ * idem_tenant_members says which role (exactly current_user: no
+ * inheritance through role membership) is allowed which tenant.  Roles are
+ * kept as regrole, as for the global reconcilers above: a rename keeps the
+ * tenants, a new role of a dropped role's name does not get them, and the
+ * rows of dropped roles are skipped and not dumped.  A tenant
  * here is a name without '/', and a scope belongs to it when the scope's text
  * before its first '/' is the tenant: 't1' allows 't1', 't1/orders',
  * 't1//x', not 't10' or 't1x/orders'.
@@ -633,14 +638,15 @@ COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
  * with the policy's; with policies of any other form it answers "unknown".
  */
 CREATE TABLE @extschema@.idem_tenant_members (
-    role name NOT NULL,
+    role regrole NOT NULL,
     tenant text NOT NULL
         CONSTRAINT idem_tenant_members_tenant_check
         CHECK (tenant OPERATOR(pg_catalog.<>) ''
                AND pg_catalog.strpos(tenant, '/') OPERATOR(pg_catalog.=) 0),
     PRIMARY KEY (role, tenant)
 );
-SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid)');
 REVOKE ALL ON TABLE @extschema@.idem_tenant_members FROM PUBLIC;
 -- the policies read it with the privileges of whoever reads the records
 GRANT SELECT ON TABLE @extschema@.idem_tenant_members TO PUBLIC;
@@ -653,7 +659,9 @@ RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
     SELECT ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
-                 WHERE m.role OPERATOR(pg_catalog.=) CURRENT_USER
+                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=)
+                       (SELECT a.oid FROM pg_catalog.pg_roles a
+                        WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
                  ORDER BY m.tenant);
 END;
 
@@ -671,7 +679,7 @@ DECLARE
 BEGIN
     SELECT string_agg(DISTINCT quote_ident(a.rolname), ', ') INTO roles
     FROM @extschema@.idem_tenant_members m
-    JOIN pg_catalog.pg_roles a ON a.rolname OPERATOR(pg_catalog.=) m.role;
+    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) m.role::pg_catalog.oid;
     FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
                                    ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
                                    ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer')) v(tab, col)
@@ -720,8 +728,7 @@ BEGIN
                   HINT = 'The role is allowed the tenant''s scopes: the tenant itself and those that start with "<tenant>/".';
     END IF;
     INSERT INTO @extschema@.idem_tenant_members (role, tenant)
-    SELECT a.rolname, idem_grant_tenant.tenant FROM pg_catalog.pg_roles a
-     WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid
+    VALUES (grantee, idem_grant_tenant.tenant)
     ON CONFLICT ON CONSTRAINT idem_tenant_members_pkey DO NOTHING;
 END
 $$;
@@ -742,8 +749,7 @@ BEGIN
     END IF;
     DELETE FROM @extschema@.idem_tenant_members m
      WHERE m.tenant OPERATOR(pg_catalog.=) idem_revoke_tenant.tenant
-       AND m.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
-                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+       AND m.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) FROM PUBLIC;
@@ -751,8 +757,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) FROM PU
 COMMENT ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) IS
     'take a tenant allowed by idem_grant_tenant from a role';
 
--- a role that loses its privileges loses its tenants too (a later role of the
--- same name must not inherit them)
+-- a role that loses its privileges loses its tenants too
 CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -790,11 +795,9 @@ BEGIN
     END LOOP;
     EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
     DELETE FROM @extschema@.idem_global_reconcilers g
-     WHERE g.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
-                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+     WHERE g.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
     DELETE FROM @extschema@.idem_tenant_members m
-     WHERE m.role OPERATOR(pg_catalog.=) (SELECT a.rolname FROM pg_catalog.pg_roles a
-                                          WHERE a.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid);
+     WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
 END
 $$;
 

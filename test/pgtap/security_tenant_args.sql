@@ -15,7 +15,7 @@
 -- Everything, roles included, is rolled back.  Keys are prefixed "targ.",
 -- roles are regress_idem_targ_*.
 BEGIN;
-SELECT plan(54);
+SELECT plan(57);
 SET LOCAL statement_timeout = '60s';
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql pg_catalog.text) RETURNS pg_catalog.text LANGUAGE plpgsql AS $fn$
@@ -141,6 +141,24 @@ SELECT is_empty($$SELECT * FROM idem_tenant_members WHERE role::text LIKE 'regre
                 'takes the tenants too');
 SELECT is_empty($$SELECT * FROM pg_policy WHERE polname = 'idem_tenant_members'$$,
                 'and with no role left, there is no policy idem_tenant_members');
+
+-- 5. the allowed role is the role, not its name ------------------------------------------------
+CREATE ROLE regress_idem_targ_c;
+SELECT idem_grant('client', 'regress_idem_targ_c');
+SELECT idem_grant_tenant('t1', 'regress_idem_targ_c');
+ALTER ROLE regress_idem_targ_c RENAME TO regress_idem_targ_c2;
+SET LOCAL ROLE regress_idem_targ_c2;
+SELECT is(idem_role_tenants(), '{t1}'::text[], 'a renamed role keeps its tenants');
+RESET ROLE;
+DROP OWNED BY regress_idem_targ_c2;
+DROP ROLE regress_idem_targ_c2;
+CREATE ROLE regress_idem_targ_c2;
+SELECT idem_grant('client', 'regress_idem_targ_c2');
+SELECT idem_grant_tenant('t2', 'regress_idem_targ_a');   -- any change rebuilds the policies
+SET LOCAL ROLE regress_idem_targ_c2;
+SELECT is(idem_role_tenants(), '{}'::text[], 'a new role of a dropped role''s name gets none of its tenants');
+SELECT is_empty($$SELECT * FROM idempotency_records WHERE key LIKE 'targ.%'$$, 'and sees no record');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
