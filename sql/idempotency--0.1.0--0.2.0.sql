@@ -562,51 +562,6 @@ $$;
 COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
     'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor';
 
--- a role that loses its privileges is no longer a global reconciler either
-CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    s constant text := '@extschema@';
-    object record;
-BEGIN
-    IF grantee IS NULL THEN
-        RAISE EXCEPTION 'grantee must not be NULL' USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF grantee OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'grantee must be a role' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    FOR object IN
-        SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
-        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
-        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
-                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
-          AND d.deptype OPERATOR(pg_catalog.=) 'e'
-        UNION ALL
-        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass)
-        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
-        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
-                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
-          AND d.deptype OPERATOR(pg_catalog.=) 'e'
-          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}')
-    LOOP
-        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
-    END LOOP;
-    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
-    DELETE FROM @extschema@.idem_global_reconcilers g
-     WHERE g.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
-    'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, and its place among the global reconcilers';
-
 /*
  * Tenant as an argument (issue 14): a role allowed a tenant works in that
  * tenant's scopes without idempotency.scope, so that a step of a multi-phase
@@ -757,7 +712,8 @@ REVOKE EXECUTE ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) FROM PU
 COMMENT ON FUNCTION @extschema@.idem_revoke_tenant(text, regrole) IS
     'take a tenant allowed by idem_grant_tenant from a role';
 
--- a role that loses its privileges loses its tenants too
+-- a role that loses its privileges is no longer a global reconciler and loses
+-- its tenants too
 CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
