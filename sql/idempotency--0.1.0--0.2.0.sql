@@ -759,3 +759,518 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
     'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, its place among the global reconcilers and its tenants';
+
+/*
+ * The transactional outbox (issue 15).  A message is a row committed with
+ * the business change that emits it; relays publish it afterwards, at least
+ * once, and the consumer's inbox makes its effect exactly once.
+ *
+ * The first five columns are those of Debezium's outbox event router (id,
+ * aggregatetype = the topic, aggregateid = the key, type, payload), so that
+ * change data capture can route the table without a relay.  The rest is the
+ * relay protocol:
+ *
+ *   seq          order of emits (idem_outbox_seq); per (topic, key) a message
+ *                is handed out only when no earlier one is pending or in
+ *                flight and none of its key is in flight
+ *   token        the fencing token of the claim that last handed it out
+ *                (idem_outbox_token, one per claimed batch, never repeated)
+ *   available_at when it may be handed out; NULL once published or dead, so
+ *                that both partial indexes hold only live messages
+ *   lease_expires_at  while in flight: when another relay may take it over
+ *
+ * HOT: a claim changes only columns no index covers (status, token, lease,
+ * relay, attempts, updated_at), so it stays on its page; an ack and a nack
+ * change available_at (the partial indexes' predicate), which takes the
+ * message out of or moves it within the claim indexes.  Published messages
+ * are purged through a BRIN index on created_at (rows arrive in time order),
+ * after idempotency.outbox_retention counted from publication (updated_at).
+ * The fixed-width columns come first, so that a row has no alignment pad.
+ */
+CREATE TYPE @extschema@.idem_outbox_status AS ENUM
+    ('pending', 'in_flight', 'published', 'dead');
+
+COMMENT ON TYPE @extschema@.idem_outbox_status IS
+    'lifecycle of an outbox message: pending -> in_flight -> published, or back to pending (nack, expired lease), or dead after idempotency.outbox_max_attempts';
+
+CREATE SEQUENCE @extschema@.idem_outbox_seq AS bigint MINVALUE 1 START WITH 1;
+COMMENT ON SEQUENCE @extschema@.idem_outbox_seq IS
+    'the order of emits: per (topic, key) messages are published in seq order';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_seq', '');
+
+CREATE SEQUENCE @extschema@.idem_outbox_token AS bigint MINVALUE 1 START WITH 1;
+COMMENT ON SEQUENCE @extschema@.idem_outbox_token IS
+    'fencing tokens of outbox claims: one per claimed batch, never repeated (dumped, so a restore does not repeat them either)';
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_token', '');
+
+CREATE TABLE @extschema@.idem_outbox (
+    id               uuid NOT NULL,
+    seq              bigint NOT NULL,
+    token            bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL,
+    available_at     timestamptz,
+    lease_expires_at timestamptz,
+    updated_at       timestamptz NOT NULL,
+    attempts         integer NOT NULL DEFAULT 0,
+    status           @extschema@.idem_outbox_status NOT NULL DEFAULT 'pending',
+    scope            text COLLATE pg_catalog."C" NOT NULL DEFAULT '',
+    aggregatetype    text COLLATE pg_catalog."C" NOT NULL,
+    aggregateid      text COLLATE pg_catalog."C" NOT NULL,
+    type             text,
+    relay            text,
+    headers          jsonb,
+    last_error       jsonb,
+    payload          jsonb NOT NULL,
+    CONSTRAINT idem_outbox_pkey PRIMARY KEY (id),
+    -- a live message can be handed out; published and dead ones cannot
+    CONSTRAINT idem_outbox_available_check
+        CHECK ((available_at IS NULL) OPERATOR(pg_catalog.=)
+               (status OPERATOR(pg_catalog.=) ANY ('{published,dead}'::@extschema@.idem_outbox_status[]))),
+    CONSTRAINT idem_outbox_lease_check
+        CHECK ((lease_expires_at IS NOT NULL) OPERATOR(pg_catalog.=)
+               (status OPERATOR(pg_catalog.=) 'in_flight'::@extschema@.idem_outbox_status))
+) WITH (fillfactor = 90);
+
+COMMENT ON TABLE @extschema@.idem_outbox IS
+    'transactional outbox: messages committed with the business change, published by relays (idem_outbox_claim / ack / nack)';
+COMMENT ON COLUMN @extschema@.idem_outbox.aggregatetype IS 'the topic (Debezium outbox router: aggregatetype)';
+COMMENT ON COLUMN @extschema@.idem_outbox.aggregateid IS 'the message key; per (topic, key) the order of emits is kept (Debezium: aggregateid)';
+COMMENT ON COLUMN @extschema@.idem_outbox.seq IS 'order of emits (idem_outbox_seq)';
+COMMENT ON COLUMN @extschema@.idem_outbox.token IS 'fencing token of the claim that last handed the message out; 0 before the first';
+COMMENT ON COLUMN @extschema@.idem_outbox.available_at IS 'when the message may be handed out (delay, back-off); NULL once published or dead';
+COMMENT ON COLUMN @extschema@.idem_outbox.lease_expires_at IS 'while in flight: when another relay may take the message over';
+COMMENT ON COLUMN @extschema@.idem_outbox.updated_at IS 'last change of status: for a published message, when it was published';
+COMMENT ON COLUMN @extschema@.idem_outbox.attempts IS 'how many times a claim handed the message out';
+COMMENT ON COLUMN @extschema@.idem_outbox.relay IS 'the relay that claimed the message last';
+COMMENT ON COLUMN @extschema@.idem_outbox.last_error IS 'the error of the last nack';
+
+-- claim: available messages, oldest first
+CREATE INDEX idem_outbox_available ON @extschema@.idem_outbox (available_at)
+    WHERE available_at IS NOT NULL;
+-- claim: the live messages of a key, in emit order (head of line)
+CREATE INDEX idem_outbox_key ON @extschema@.idem_outbox (aggregatetype, aggregateid, seq)
+    WHERE available_at IS NOT NULL;
+-- purge: published messages, in time order
+CREATE INDEX idem_outbox_created_at ON @extschema@.idem_outbox
+    USING brin (created_at) WITH (pages_per_range = 16);
+
+-- Messages are application data: pg_dump must keep them.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox', '');
+
+/*
+ * Emitting is one INSERT in the caller's transaction (C, one prepared
+ * statement kept per backend: src/outbox.c), and a NOTIFY on the channel
+ * idem_outbox with an empty payload.  PostgreSQL folds identical
+ * notifications of a transaction into one, so relays are woken once per
+ * committing transaction however many messages it emitted, and never for
+ * one that rolled back.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_emit(
+    topic text,
+    key text,
+    payload jsonb,
+    type text DEFAULT NULL,
+    headers jsonb DEFAULT NULL,
+    scope text DEFAULT '',
+    delay interval DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'idem_outbox_emit'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval) IS
+    'emit a message in the current transaction: one row of idem_outbox; relays are notified on channel idem_outbox at commit';
+
+CREATE FUNCTION @extschema@.idem_outbox_emit_batch(
+    topic text,
+    keys text[],
+    payloads jsonb[],
+    types text[] DEFAULT NULL,
+    headers jsonb[] DEFAULT NULL,
+    scope text DEFAULT '',
+    delay interval DEFAULT NULL)
+RETURNS uuid[]
+AS 'MODULE_PATHNAME', 'idem_outbox_emit_batch'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval) IS
+    'emit many messages of one topic in the current transaction, in array order; returns their ids';
+
+/*
+ * The relay protocol, in PL/pgSQL: batch operations, one statement each.
+ *
+ * A claim hands out up to batch messages that are available (pending and
+ * due, or in flight with an expired lease) and at the head of their key:
+ * no earlier live message of the same (topic, key), and no message of that
+ * key in flight.  Rows another claim has locked are skipped (SKIP LOCKED);
+ * a row changed by a claim that committed after this statement's snapshot
+ * is checked again in its new version (EvalPlanQual), so a message already
+ * in flight is not handed out twice.  The head-of-line test reads the
+ * statement's snapshot, and that errs only on the safe side: a message of
+ * the key that the snapshot sees pending or in flight may since have been
+ * published, never the reverse, because published is final and a dead
+ * message that idem_outbox_retry puts back gets a new seq, after everything
+ * of its key.  So under READ COMMITTED two relays never have two messages
+ * of one key in flight (test/specs/outbox-relays.spec).
+ *
+ * The whole batch gets one token of the sequence idem_outbox_token, drawn only when
+ * the batch has messages.  A message taken over whose attempts have reached
+ * idempotency.outbox_max_attempts is made dead instead of handed out.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_claim(
+    relay text,
+    batch integer DEFAULT 100,
+    lease interval DEFAULT '30 seconds',
+    topics text[] DEFAULT NULL)
+RETURNS TABLE (id uuid, aggregatetype text, aggregateid text, type text,
+               payload jsonb, headers jsonb, attempts integer, token bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    now_ts constant timestamptz := clock_timestamp();
+    lease_end timestamptz;
+    m record;
+    dead integer := 0;
+    taken_over integer := 0;
+    max_attempts constant integer :=
+        coalesce(nullif(current_setting('idempotency.outbox_max_attempts', true), '')::integer, 10);
+BEGIN
+    IF relay IS NULL THEN
+        RAISE EXCEPTION 'relay must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF relay = '' THEN
+        RAISE EXCEPTION 'relay must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(relay) > 255 THEN
+        RAISE EXCEPTION 'relay is too long' USING ERRCODE = '22001',
+            DETAIL = format('It is %s bytes long; a relay name has at most 255 bytes.', octet_length(relay));
+    END IF;
+    IF batch IS NULL THEN
+        RAISE EXCEPTION 'batch must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF batch <= 0 OR batch > 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000' USING ERRCODE = '22023',
+            DETAIL = format('The value given was %s.', batch);
+    END IF;
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'lease must not be null' USING ERRCODE = '22004';
+    END IF;
+    lease_end := now_ts + lease;
+    IF lease_end <= now_ts THEN
+        RAISE EXCEPTION 'lease must be positive' USING ERRCODE = '22023',
+            DETAIL = format('The interval given was "%s".', lease);
+    END IF;
+    IF array_position(topics, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'topics must not contain nulls' USING ERRCODE = '22004';
+    END IF;
+
+    FOR m IN
+    WITH candidates AS (
+        SELECT o.id, o.status, o.available_at, o.seq
+        FROM @extschema@.idem_outbox o
+        WHERE o.available_at <= now_ts
+          AND (o.status = 'pending'
+               OR (o.status = 'in_flight' AND o.lease_expires_at <= now_ts))
+          AND (topics IS NULL OR o.aggregatetype = ANY (topics))
+          -- no earlier live message of the key
+          AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
+                          WHERE p.aggregatetype = o.aggregatetype
+                            AND p.aggregateid = o.aggregateid
+                            AND p.available_at IS NOT NULL
+                            AND p.seq < o.seq)
+          -- and none of the key in flight (a later one, emitted by a
+          -- transaction that committed first)
+          AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
+                          WHERE p.aggregatetype = o.aggregatetype
+                            AND p.aggregateid = o.aggregateid
+                            AND p.available_at IS NOT NULL
+                            AND p.seq > o.seq
+                            AND p.status = 'in_flight')
+        ORDER BY o.available_at, o.seq
+        LIMIT batch
+        FOR NO KEY UPDATE OF o SKIP LOCKED),
+    batch_token AS (
+        SELECT nextval('@extschema@.idem_outbox_token'::regclass) AS token
+        FROM (SELECT FROM candidates LIMIT 1) any_candidate),
+    claimed AS (
+        UPDATE @extschema@.idem_outbox o
+        SET status = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                          THEN 'dead' ELSE 'in_flight' END::@extschema@.idem_outbox_status,
+            available_at = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                                THEN NULL ELSE o.available_at END,
+            lease_expires_at = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                                    THEN NULL ELSE lease_end END,
+            last_error = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                              THEN jsonb_build_object('error', 'the lease of the last attempt expired',
+                                                      'relay', o.relay)
+                              ELSE o.last_error END,
+            token = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                         THEN o.token ELSE t.token END,
+            attempts = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                            THEN o.attempts ELSE o.attempts + 1 END,
+            relay = CASE WHEN c.status = 'in_flight' AND o.attempts >= max_attempts
+                         THEN o.relay ELSE idem_outbox_claim.relay END,
+            updated_at = now_ts
+        FROM candidates c, batch_token t
+        WHERE o.id = c.id
+        RETURNING o.id, o.aggregatetype, o.aggregateid, o.type, o.payload,
+                  o.headers, o.attempts, o.token, o.status, c.status AS old_status,
+                  o.available_at, o.seq)
+    SELECT * FROM claimed c ORDER BY c.available_at NULLS LAST, c.seq
+    LOOP
+        IF m.status = 'dead' THEN
+            dead := dead + 1;
+            CONTINUE;
+        END IF;
+        IF m.old_status = 'in_flight' THEN
+            taken_over := taken_over + 1;
+        END IF;
+        id := m.id;
+        aggregatetype := m.aggregatetype;
+        aggregateid := m.aggregateid;
+        type := m.type;
+        payload := m.payload;
+        headers := m.headers;
+        attempts := m.attempts;
+        token := m.token;
+        RETURN NEXT;
+    END LOOP;
+    IF dead > 0 THEN
+        PERFORM @extschema@.idem_outbox_counted('dead', dead);
+    END IF;
+    IF taken_over > 0 THEN
+        PERFORM @extschema@.idem_outbox_counted('taken_over', taken_over);
+    END IF;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_claim(text, integer, interval, text[]) IS
+    'hand out up to batch available messages, at most one per (topic, key), under one fencing token and a lease';
+
+/*
+ * ack and nack match a message only in flight under the caller's token.
+ * Anything else is an error that leaves every message as it was: a token
+ * that is not the message's (it was taken over: IK002, the records'
+ * stale-token SQLSTATE), a message that is not in flight (IK003), an id
+ * that is not there (IK004).  An ack repeated with the token that published
+ * the message is accepted again (a lost reply), and counts nothing.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_check_token(message_id uuid, token bigint, verb text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    m record;
+BEGIN
+    SELECT o.token, o.status INTO m FROM @extschema@.idem_outbox o WHERE o.id = message_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'outbox message % does not exist', message_id
+            USING ERRCODE = 'IK004',
+                  DETAIL = 'It was never emitted, its transaction has not committed, or it was purged after its retention.';
+    END IF;
+    IF m.token <> token THEN
+        RAISE EXCEPTION 'token % is not the current fencing token of outbox message %', token, message_id
+            USING ERRCODE = 'IK002',
+                  DETAIL = CASE WHEN token < m.token
+                                THEN 'The message was claimed again after this token was issued.'
+                                ELSE 'No such token was issued for this message.' END,
+                  HINT = 'Do not acknowledge this delivery; the relay holding the current token publishes the message.';
+    END IF;
+    RAISE EXCEPTION 'cannot % outbox message % because it is not in flight', verb, message_id
+        USING ERRCODE = 'IK003',
+              DETAIL = format('Its status is "%s".', m.status);
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_check_token(uuid, bigint, text) IS
+    'raises the error of an ack or nack that matched no message in flight (IK002, IK003 or IK004)';
+
+CREATE FUNCTION @extschema@.idem_outbox_ack(ids uuid[], token bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    now_ts constant timestamptz := clock_timestamp();
+    wanted integer;
+    acked integer;
+    missing uuid;
+BEGIN
+    IF ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF array_position(ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain nulls' USING ERRCODE = '22004';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF token <= 0 THEN
+        RAISE EXCEPTION 'token must be positive' USING ERRCODE = '22023',
+            DETAIL = format('Fencing tokens start at 1; %s was given.', token);
+    END IF;
+    SELECT count(DISTINCT u) INTO wanted FROM unnest(ids) u;
+    IF wanted = 0 THEN
+        RETURN 0;
+    END IF;
+
+    WITH acked AS (
+        UPDATE @extschema@.idem_outbox o
+        SET status = 'published', available_at = NULL, lease_expires_at = NULL,
+            updated_at = now_ts
+        WHERE o.id = ANY (ids) AND o.token = idem_outbox_ack.token AND o.status = 'in_flight'
+        RETURNING o.id)
+    SELECT count(*) INTO acked FROM acked;
+
+    IF acked < wanted THEN
+        -- a repeat of an ack that committed is fine; anything else is not
+        SELECT u INTO missing FROM unnest(ids) u
+        WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox o
+                          WHERE o.id = u AND o.token = idem_outbox_ack.token
+                            AND o.status = 'published')
+        LIMIT 1;
+        IF missing IS NOT NULL THEN
+            PERFORM @extschema@.idem_outbox_check_token(missing, token, 'acknowledge');
+        END IF;
+    END IF;
+    IF acked > 0 THEN
+        PERFORM @extschema@.idem_outbox_counted('published', acked);
+    END IF;
+    RETURN acked;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack(uuid[], bigint) IS
+    'mark messages in flight under token as published (all or none); returns how many it marked';
+
+/*
+ * nack: the relay could not publish the message.  It becomes pending again,
+ * available after retry_after, or by default after 1 s * 2^(attempts - 1),
+ * at most 1 hour; or dead once it has been handed out
+ * idempotency.outbox_max_attempts times.  Its key waits behind it either
+ * way until it is published or dead.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_nack(
+    id uuid,
+    token bigint,
+    error jsonb,
+    retry_after interval DEFAULT NULL)
+RETURNS @extschema@.idem_outbox_status
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    now_ts constant timestamptz := clock_timestamp();
+    max_attempts constant integer :=
+        coalesce(nullif(current_setting('idempotency.outbox_max_attempts', true), '')::integer, 10);
+    new_status @extschema@.idem_outbox_status;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF token <= 0 THEN
+        RAISE EXCEPTION 'token must be positive' USING ERRCODE = '22023',
+            DETAIL = format('Fencing tokens start at 1; %s was given.', token);
+    END IF;
+    IF error IS NULL THEN
+        RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004',
+            HINT = 'Pass what the broker answered, for example jsonb_build_object(''error'', ''nack'').';
+    END IF;
+    IF now_ts + retry_after < now_ts THEN
+        RAISE EXCEPTION 'retry_after must not be negative' USING ERRCODE = '22023',
+            DETAIL = format('The interval given was "%s".', retry_after);
+    END IF;
+
+    UPDATE @extschema@.idem_outbox o
+    SET status = CASE WHEN o.attempts >= max_attempts THEN 'dead' ELSE 'pending' END::@extschema@.idem_outbox_status,
+        available_at = CASE WHEN o.attempts >= max_attempts THEN NULL
+                            ELSE now_ts + coalesce(retry_after,
+                                     least(interval '1 hour',
+                                           interval '1 second' * power(2, least(greatest(o.attempts - 1, 0), 12))))
+                       END,
+        lease_expires_at = NULL,
+        last_error = idem_outbox_nack.error,
+        updated_at = now_ts
+    WHERE o.id = idem_outbox_nack.id AND o.token = idem_outbox_nack.token AND o.status = 'in_flight'
+    RETURNING o.status INTO new_status;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_outbox_check_token(idem_outbox_nack.id, idem_outbox_nack.token, 'nack');
+    END IF;
+    PERFORM @extschema@.idem_outbox_counted(CASE new_status WHEN 'dead' THEN 'dead' ELSE 'retried' END, 1);
+    RETURN new_status;
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_nack(uuid, bigint, jsonb, interval) IS
+    'give a message in flight back: pending after retry_after (default: exponential back-off) or dead after idempotency.outbox_max_attempts';
+
+/*
+ * An operator puts a dead message back: pending at once, its attempts
+ * counted from 0, and a new seq, so that it goes after everything its key
+ * emitted meanwhile (those were published while it was dead).
+ */
+CREATE FUNCTION @extschema@.idem_outbox_retry(id uuid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    now_ts constant timestamptz := clock_timestamp();
+    current_status @extschema@.idem_outbox_status;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'id must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE @extschema@.idem_outbox o
+    SET status = 'pending', available_at = now_ts, attempts = 0, updated_at = now_ts,
+        seq = nextval('@extschema@.idem_outbox_seq'::regclass)
+    WHERE o.id = idem_outbox_retry.id AND o.status = 'dead';
+    IF NOT FOUND THEN
+        SELECT o.status INTO current_status FROM @extschema@.idem_outbox o
+        WHERE o.id = idem_outbox_retry.id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'outbox message % does not exist', id
+                USING ERRCODE = 'IK004',
+                      DETAIL = 'It was never emitted, its transaction has not committed, or it was purged after its retention.';
+        END IF;
+        RAISE EXCEPTION 'cannot retry outbox message % because it is not dead', id
+            USING ERRCODE = 'IK003',
+                  DETAIL = format('Its status is "%s".', current_status);
+    END IF;
+    PERFORM @extschema@.idem_outbox_counted('retried', 1);
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_retry(uuid) IS
+    'put a dead outbox message back: pending now, attempts from 0, after the messages its key emitted meanwhile';
+
+-- the relay functions' counts in idem_stats (a no-op without preloading)
+CREATE FUNCTION @extschema@.idem_outbox_counted(counter text, n bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_outbox_counted'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_counted(text, bigint) IS
+    'adds n to an outbox counter of idem_stats (published, retried, dead, taken_over); called by the relay functions';
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_seq, @extschema@.idem_outbox_token FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval),
+    @extschema@.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval),
+    @extschema@.idem_outbox_claim(text, integer, interval, text[]),
+    @extschema@.idem_outbox_check_token(uuid, bigint, text),
+    @extschema@.idem_outbox_ack(uuid[], bigint),
+    @extschema@.idem_outbox_nack(uuid, bigint, jsonb, interval),
+    @extschema@.idem_outbox_retry(uuid),
+    @extschema@.idem_outbox_counted(text, bigint)
+FROM PUBLIC;
+

@@ -227,3 +227,34 @@ RESET idempotency.default_lease;
 RESET idempotency.retention;
 
 DROP ROLE regress_idem_nobody;
+
+--
+-- The outbox table: the columns of Debezium's outbox event router first by
+-- name (id, aggregatetype, aggregateid, type, payload), the relay's after the
+-- fixed-width ones; its constraints and the three indexes (two partial
+-- B-trees over live messages for the claim, BRIN on created_at for the
+-- purge), and its status type.
+--
+SELECT a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type,
+       a.attnotnull AS not_null, co.collname AS collation,
+       pg_get_expr(d.adbin, d.adrelid) AS default
+FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attrelid = 'idem_outbox'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+SELECT relkind, relpersistence, reloptions, relrowsecurity,
+       obj_description(oid, 'pg_class') AS comment
+FROM pg_class WHERE oid = 'idem_outbox'::regclass;
+
+SELECT conname, contype, pg_get_constraintdef(oid) AS definition
+FROM pg_constraint WHERE conrelid = 'idem_outbox'::regclass AND contype <> 'n'
+ORDER BY conname;
+
+SELECT indexrelid::regclass AS index, indisprimary, indisunique,
+       pg_get_indexdef(indexrelid) AS definition
+FROM pg_index WHERE indrelid = 'idem_outbox'::regclass
+ORDER BY 1;
+
+SELECT enum_range(NULL::idem_outbox_status) AS labels;

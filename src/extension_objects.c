@@ -108,6 +108,8 @@ objects_load(Oid fn_oid)
 	loaded.moves = relation_in(nsp, "idem_machine_moves");
 	loaded.inbox = relation_in(nsp, "idem_inbox");
 	loaded.token_epoch = relation_in(nsp, "idem_token_epoch");
+	/* SQL 0.1.0 has no outbox; its functions say so (outbox.c) */
+	loaded.outbox_seq = get_relname_relid("idem_outbox_seq", nsp);
 
 	loaded.enforce_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
 												  makeString("idem_enforce_transition")),

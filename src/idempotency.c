@@ -33,6 +33,11 @@ int			idem_retention_s = 24 * 60 * 60;
 /* Longest key and scope, in bytes (Stripe allows 255 characters). */
 int			idem_max_key_length = 255;
 
+/* The outbox (outbox.c and the relay functions of the install script). */
+int			idem_outbox_max_attempts = 10;
+int			idem_outbox_retention_s = 24 * 60 * 60;
+bool		idem_outbox_notify = true;
+
 /* Backends of a database that may wait in idem_await at once (await.c). */
 int			idem_max_waiters = 4;
 
@@ -85,6 +90,41 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	/*
+	 * Read by the PL/pgSQL relay functions through current_setting();
+	 * defined here for its range and its reserved name.
+	 */
+	DefineCustomIntVariable("idempotency.outbox_max_attempts",
+							"Times a message is handed out before a failure makes it dead.",
+							"After that many claims, a nack or an expired lease makes the message dead.",
+							&idem_outbox_max_attempts,
+							10,
+							1,
+							1000000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.outbox_retention",
+							"How long a published outbox message is kept before idem_purge removes it.",
+							"Counted from publication. Pending, in-flight and dead messages are never purged.",
+							&idem_outbox_retention_s,
+							24 * 60 * 60,
+							1,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idempotency.outbox_notify",
+							 "Whether idem_outbox_emit notifies relays on channel idem_outbox at commit.",
+							 "Off: relays find new messages only by polling.",
+							 &idem_outbox_notify,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	/*
 	 * The upper bound keeps (scope, key) well inside the largest B-tree index

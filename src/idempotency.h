@@ -36,6 +36,9 @@
 extern int	idem_default_lease_ms;
 extern int	idem_retention_s;
 extern int	idem_max_key_length;
+extern int	idem_outbox_max_attempts;
+extern int	idem_outbox_retention_s;
+extern bool idem_outbox_notify;
 
 /*
  * Record statuses, in the order of the idem_status enum labels.
@@ -112,6 +115,7 @@ typedef enum IdemStatement
 	STMT_STREAM_SET,			/* $1 consumer, $2 stream, $3 seq, $4 now */
 	STMT_PURGE_RECORDS,			/* $1 now, $2 batch size */
 	STMT_PURGE_INBOX,			/* $1 now, $2 batch size */
+	STMT_OUTBOX_INSERT,			/* see outbox.c */
 	IDEM_NUM_STATEMENTS
 } IdemStatement;
 
@@ -127,6 +131,7 @@ typedef struct IdemObjects
 	Oid			moves;			/* idem_machine_moves */
 	Oid			inbox;			/* idem_inbox */
 	Oid			token_epoch;	/* the sequence idem_token_epoch */
+	Oid			outbox_seq;		/* idem_outbox_seq; InvalidOid at SQL 0.1.0 */
 	Oid			enforce_fn;		/* idem_enforce_transition() */
 	Oid			status_type;	/* idem_status and its labels */
 	Oid			status_labels[IDEM_NUM_STATUSES];
@@ -225,6 +230,11 @@ typedef enum IdemCounter
 	IDEM_COUNT_INBOX_DUPLICATE,
 	IDEM_COUNT_PURGED,
 	IDEM_COUNT_AWAIT_REFUSED,
+	IDEM_COUNT_OUTBOX_EMITTED,
+	IDEM_COUNT_OUTBOX_PUBLISHED,
+	IDEM_COUNT_OUTBOX_RETRIED,
+	IDEM_COUNT_OUTBOX_TAKEN_OVER,
+	IDEM_COUNT_OUTBOX_DEAD,
 	IDEM_NUM_COUNTERS
 } IdemCounter;
 

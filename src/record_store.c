@@ -99,7 +99,7 @@ typedef struct StatementSpec
 {
 	const char *sql;			/* "@S@" stands for the quoted schema */
 	int			nargs;
-	Oid			argtypes[8];	/* InvalidOid = the idem_status type */
+	Oid			argtypes[10];	/* InvalidOid = the idem_status type */
 } StatementSpec;
 
 static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
@@ -281,6 +281,20 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"LIMIT $2 FOR UPDATE SKIP LOCKED))",
 		2, {TIMESTAMPTZOID, INT4OID}
 	},
+
+	/*
+	 * $1 id, $2 the sequence idem_outbox_seq (an OID, as in the purge), $3
+	 * now, $4 available at, $5 scope, $6 topic, $7 key, $8 type, $9 headers,
+	 * $10 payload.
+	 */
+	[STMT_OUTBOX_INSERT] = {
+		"INSERT INTO @S@.idem_outbox (id, seq, created_at, available_at, updated_at, "
+		"scope, aggregatetype, aggregateid, type, headers, payload) "
+		"VALUES ($1, pg_catalog.nextval($2), $3, $4, $3, $5, $6, $7, $8, $9, $10)",
+		10, {UUIDOID, REGCLASSOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
+		TEXTOID, TEXTOID, JSONBOID, JSONBOID}
+	},
+
 };
 
 /*
@@ -362,7 +376,7 @@ static SPIPlanPtr
 statement_plan(IdemStatement stmt)
 {
 	const StatementSpec *spec = &statement_specs[stmt];
-	Oid			argtypes[8];
+	Oid			argtypes[10];
 	SPIPlanPtr	plan;
 
 	if (plans[stmt] != NULL)

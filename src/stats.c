@@ -58,6 +58,11 @@ static const char *const counter_names[IDEM_NUM_COUNTERS] = {
 	[IDEM_COUNT_INBOX_DUPLICATE] = "inbox_duplicates",
 	[IDEM_COUNT_PURGED] = "purged_rows",
 	[IDEM_COUNT_AWAIT_REFUSED] = "await_refused",
+	[IDEM_COUNT_OUTBOX_EMITTED] = "outbox_emitted",
+	[IDEM_COUNT_OUTBOX_PUBLISHED] = "outbox_published",
+	[IDEM_COUNT_OUTBOX_RETRIED] = "outbox_retried",
+	[IDEM_COUNT_OUTBOX_TAKEN_OVER] = "outbox_taken_over",
+	[IDEM_COUNT_OUTBOX_DEAD] = "outbox_dead",
 };
 
 /* Databases that can have waiters in idem_await at the same time. */

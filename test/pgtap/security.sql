@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 52::bigint, 'the extension has 52 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 60::bigint, 'the extension has 60 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -157,6 +157,14 @@ INSERT INTO calls VALUES
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
     ('idem_grant_tenant(text,regrole)', 'idem_grant_tenant', $$SELECT idem_grant_tenant('t1', 'regress_idem_sec_nobody')$$),
     ('idem_revoke_tenant(text,regrole)', 'idem_revoke_tenant', $$SELECT idem_revoke_tenant('t1', 'regress_idem_sec_nobody')$$),
+    ('idem_outbox_emit(text,text,jsonb,text,jsonb,text,interval)', 'idem_outbox_emit', $$SELECT idem_outbox_emit('sec.t', 'k', '{}')$$),
+    ('idem_outbox_emit_batch(text,text[],jsonb[],text[],jsonb[],text,interval)', 'idem_outbox_emit_batch', $$SELECT idem_outbox_emit_batch('sec.t', '{k}', '{"{}"}')$$),
+    ('idem_outbox_claim(text,integer,interval,text[])', 'idem_outbox_claim', $$SELECT * FROM idem_outbox_claim('sec.r')$$),
+    ('idem_outbox_ack(uuid[],bigint)', 'idem_outbox_ack', $$SELECT idem_outbox_ack('{00000000-0000-7000-8000-000000000000}', 1)$$),
+    ('idem_outbox_nack(uuid,bigint,jsonb,interval)', 'idem_outbox_nack', $$SELECT idem_outbox_nack('00000000-0000-7000-8000-000000000000', 1, '{}')$$),
+    ('idem_outbox_retry(uuid)', 'idem_outbox_retry', $$SELECT idem_outbox_retry('00000000-0000-7000-8000-000000000000')$$),
+    ('idem_outbox_check_token(uuid,bigint,text)', 'idem_outbox_check_token', $$SELECT idem_outbox_check_token('00000000-0000-7000-8000-000000000000', 1, 'ack')$$),
+    ('idem_outbox_counted(text,bigint)', 'idem_outbox_counted', $$SELECT idem_outbox_counted('published', 0)$$),
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
     ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
@@ -221,7 +229,12 @@ GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, bool
     idem_purge(integer, integer), idem_define_machine(text, jsonb, text[]), idem_drop_machine(text),
     idem_attach_machine(regclass, name, text, boolean, boolean), idem_detach_machine(regclass, name),
     idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole),
-    idem_grant_tenant(text, regrole), idem_revoke_tenant(text, regrole)
+    idem_grant_tenant(text, regrole), idem_revoke_tenant(text, regrole),
+    idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval),
+    idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval),
+    idem_outbox_claim(text, integer, interval, text[]), idem_outbox_ack(uuid[], bigint),
+    idem_outbox_nack(uuid, bigint, jsonb, interval), idem_outbox_retry(uuid),
+    idem_outbox_check_token(uuid, bigint, text)
   TO regress_idem_sec_exec;
 
 -- what each kind grants, exactly

@@ -100,6 +100,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
       FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'S')
        -- added by 0.2.0 (tenants, issue 14)
        AND c.relname NOT IN ('idem_global_reconcilers', 'idem_tenant_members')
+       -- added by 0.2.0 (the outbox, issue 15)
+       AND c.relname NOT IN ('idem_outbox', 'idem_outbox_seq', 'idem_outbox_token')
     UNION ALL
     SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
@@ -113,6 +115,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        -- added by 0.2.0 (tenant as an argument, issue 14)
        AND p.proname NOT IN ('idem_role_tenants', 'idem_grant_tenant', 'idem_revoke_tenant',
                               'idem_apply_tenant_members')
+       -- added by 0.2.0 (the outbox, issue 15)
+       AND p.proname NOT LIKE 'idem\_outbox\_%'
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL

@@ -98,6 +98,17 @@ SELECT idem_grant('maintenance', 'ops');
 SELECT idem_grant('monitor', 'ops');
 SELECT idem_grant('reconciler', 'ops');
 GRANT SELECT, INSERT, UPDATE ON payments, shipments TO app;
+-- the outbox: a message of each status
+SELECT idem_outbox_emit('orders', 'o-' || i, jsonb_build_object('n', i)) FROM generate_series(1, 4) i;
+SELECT idem_outbox_ack(ARRAY[id], token) FROM idem_outbox_claim('relay', 1);
+SELECT count(*) FROM idem_outbox_claim('relay', 1);
+SET idempotency.outbox_max_attempts = 1;
+SELECT idem_outbox_nack(id, token, '{"error": "poison"}') FROM idem_outbox_claim('relay', 1);
+RESET idempotency.outbox_max_attempts;
+GRANT INSERT ON idem_outbox TO app;
+GRANT SELECT, UPDATE ON idem_outbox TO ops;
+GRANT USAGE ON SEQUENCE idem_outbox_seq TO app;
+GRANT USAGE ON SEQUENCE idem_outbox_token TO ops;
 SELECT idem_tenant_isolation(true);
 SQL
 

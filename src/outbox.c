@@ -1,0 +1,374 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *		The transactional outbox: emitting messages in the caller's
+ *		transaction.
+ *
+ * idem_outbox_emit is one INSERT into @extschema@.idem_outbox, through a
+ * statement prepared once per backend (record_store.c, STMT_OUTBOX_INSERT),
+ * so that emitting costs about what the INSERT costs: the row commits or
+ * rolls back with the business change, and privileges, row-level security
+ * and triggers apply as to the caller's own INSERT.  The id is a UUID of
+ * version 7 (a millisecond timestamp, then random bits), so that the primary
+ * key grows at its right edge like a sequence instead of at random pages.
+ * The order of emits is the seq column, drawn from idem_outbox_seq in the
+ * INSERT: per (topic, key), relays hand messages out in seq order (the
+ * claim's head-of-line rule, in the install script).
+ *
+ * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
+ * Async_Notify keeps a notification per distinct (channel, payload) and
+ * subtransaction level and merges them at subcommit, so however many
+ * messages a transaction emits, its commit sends one notification, and a
+ * rolled-back one (or subtransaction) sends none; a repeated call costs a
+ * small allocation and a comparison with the one pending notification.
+ *
+ * The relay functions (claim, ack, nack, retry) are PL/pgSQL batch
+ * statements in the install script; idem_outbox_counted gives them the
+ * counters of idem_stats.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_outbox_emit);
+PG_FUNCTION_INFO_V1(idem_outbox_emit_batch);
+PG_FUNCTION_INFO_V1(idem_outbox_counted);
+
+/* The channel relays LISTEN on. */
+#define OUTBOX_CHANNEL "idem_outbox"
+
+/* Most messages one idem_outbox_emit_batch call takes. */
+#define OUTBOX_MAX_BATCH 100000
+
+/* A topic, key or type: not empty, and no longer than max_key_length. */
+static text *
+check_name(text *value, const char *what)
+{
+	int			len = VARSIZE_ANY_EXHDR(value);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (len > idem_max_key_length)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", what),
+				 errdetail("It is %d bytes long; idempotency.max_key_length is %d.",
+						   len, idem_max_key_length)));
+	return value;
+}
+
+static void
+check_headers(Jsonb *headers)
+{
+	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object"),
+				 errhint("Pass NULL for a message without headers.")));
+}
+
+/* now + delay; a NULL delay is none, a negative one an error. */
+static TimestampTz
+available_at(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+{
+	Interval   *delay;
+	TimestampTz result;
+
+	if (PG_ARGISNULL(argno))
+		return now;
+	delay = PG_GETARG_INTERVAL_P(argno);
+	result = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+													 TimestampTzGetDatum(now),
+													 IntervalPGetDatum(delay)));
+	if (result < now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delay must not be negative"),
+				 errdetail("The interval given was \"%s\".",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(delay))))));
+	return result;
+}
+
+/*
+ * A version 7 UUID (RFC 9562): 48 bits of Unix time in milliseconds, the
+ * version, 12 bits of the sub-millisecond fraction (so that one backend's
+ * ids grow within a millisecond too), the variant and 62 random bits.
+ */
+static pg_uuid_t *
+new_uuid_v7(TimestampTz now)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+	int64		unix_us = now + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+	uint64		unix_ms = (uint64) (unix_us / 1000);
+	uint32		fraction = (uint32) ((unix_us % 1000) * 4096 / 1000);
+
+	if (!pg_strong_random(uuid->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (unsigned char) (unix_ms >> (40 - 8 * i));
+	uuid->data[6] = (unsigned char) (0x70 | (fraction >> 8));
+	uuid->data[7] = (unsigned char) fraction;
+	uuid->data[8] = (unsigned char) ((uuid->data[8] & 0x3F) | 0x80);
+	return uuid;
+}
+
+/*
+ * One INSERT.  topic, key and payload are checked; type and headers may be
+ * NULL (Datum 0).
+ */
+static pg_uuid_t *
+emit_one(IdemStore *store, text *scope, text *topic, text *key, Datum payload,
+		 text *type, Jsonb *headers, TimestampTz now, TimestampTz available)
+{
+	pg_uuid_t  *id = new_uuid_v7(now);
+	Datum		args[10];
+	char		nulls[10];
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = UUIDPGetDatum(id);
+	args[1] = ObjectIdGetDatum(idem_objects_current()->outbox_seq);
+	args[2] = TimestampTzGetDatum(now);
+	args[3] = TimestampTzGetDatum(available);
+	args[4] = PointerGetDatum(scope);
+	args[5] = PointerGetDatum(topic);
+	args[6] = PointerGetDatum(key);
+	args[7] = PointerGetDatum(type);
+	args[8] = PointerGetDatum(headers);
+	args[9] = payload;
+	if (type == NULL)
+		nulls[7] = 'n';
+	if (headers == NULL)
+		nulls[8] = 'n';
+	idem_store_exec(store, STMT_OUTBOX_INSERT, args, nulls, false, NULL, NULL);
+	return id;
+}
+
+static void
+check_outbox_installed(void)
+{
+	if (!OidIsValid(idem_objects_current()->outbox_seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the outbox of extension \"idempotency\" is not installed"),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE in this database.")));
+}
+
+static void
+notify_relays(void)
+{
+	if (idem_outbox_notify)
+		Async_Notify(OUTBOX_CHANNEL, "");
+}
+
+/*
+ * idem_outbox_emit(topic, key, payload, type, headers, scope, delay) -> id
+ */
+Datum
+idem_outbox_emit(PG_FUNCTION_ARGS)
+{
+	text	   *topic;
+	text	   *key;
+	text	   *type = NULL;
+	Jsonb	   *headers = NULL;
+	text	   *scope;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz available;
+	IdemStore	store;
+	pg_uuid_t  *id;
+
+	idem_arg_not_null(fcinfo, 0, "topic");
+	topic = check_name(PG_GETARG_TEXT_PP(0), "topic");
+	idem_arg_not_null(fcinfo, 1, "key");
+	key = check_name(PG_GETARG_TEXT_PP(1), "key");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null"),
+				 errhint("Pass 'null'::jsonb for a message without a payload.")));
+	if (!PG_ARGISNULL(3))
+		type = check_name(PG_GETARG_TEXT_PP(3), "type");
+	if (!PG_ARGISNULL(4))
+	{
+		headers = PG_GETARG_JSONB_P(4);
+		check_headers(headers);
+	}
+	scope = idem_arg_scope(fcinfo, 5);
+	available = available_at(fcinfo, 6, now);
+
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	check_outbox_installed();
+	id = emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
+				  now, available);
+	idem_store_close(&store);
+	notify_relays();
+	idem_count(IDEM_COUNT_OUTBOX_EMITTED);
+	PG_RETURN_UUID_P(id);
+}
+
+/* The elements of a one-dimensional array argument, or NULL when it is NULL. */
+static int
+array_arg(FunctionCallInfo fcinfo, int argno, const char *what, Oid elemtype,
+		  Datum **values, bool **nulls)
+{
+	ArrayType  *array;
+	int			n;
+
+	*values = NULL;
+	*nulls = NULL;
+	if (PG_ARGISNULL(argno))
+		return -1;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", what)));
+	deconstruct_array(array, elemtype, -1, false, TYPALIGN_INT, values, nulls, &n);
+	return n;
+}
+
+static void
+check_same_length(const char *what, int n, int nkeys)
+{
+	if (n >= 0 && n != nkeys)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must have as many elements as keys", what),
+				 errdetail("keys has %d elements and %s %d.", nkeys, what, n)));
+}
+
+/*
+ * idem_outbox_emit_batch(topic, keys, payloads, types, headers, scope, delay)
+ * -> ids, in the order of keys.  Everything is checked before the first
+ * INSERT; one notification for all.
+ */
+Datum
+idem_outbox_emit_batch(PG_FUNCTION_ARGS)
+{
+	text	   *topic;
+	Datum	   *keys,
+			   *payloads,
+			   *types,
+			   *headers;
+	bool	   *key_nulls,
+			   *payload_nulls,
+			   *type_nulls,
+			   *header_nulls;
+	int			n,
+				npayloads,
+				ntypes,
+				nheaders;
+	text	   *scope;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz available;
+	IdemStore	store;
+	Datum	   *ids;
+
+	idem_arg_not_null(fcinfo, 0, "topic");
+	topic = check_name(PG_GETARG_TEXT_PP(0), "topic");
+	idem_arg_not_null(fcinfo, 1, "keys");
+	idem_arg_not_null(fcinfo, 2, "payloads");
+	n = array_arg(fcinfo, 1, "keys", TEXTOID, &keys, &key_nulls);
+	npayloads = array_arg(fcinfo, 2, "payloads", JSONBOID, &payloads, &payload_nulls);
+	ntypes = array_arg(fcinfo, 3, "types", TEXTOID, &types, &type_nulls);
+	nheaders = array_arg(fcinfo, 4, "headers", JSONBOID, &headers, &header_nulls);
+	if (n > OUTBOX_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a batch of %d messages is more than the %d allowed", n, OUTBOX_MAX_BATCH),
+				 errhint("Emit them in several calls in the same transaction.")));
+	check_same_length("payloads", npayloads, n);
+	check_same_length("types", ntypes, n);
+	check_same_length("headers", nheaders, n);
+	scope = idem_arg_scope(fcinfo, 5);
+	available = available_at(fcinfo, 6, now);
+
+	for (int i = 0; i < n; i++)
+	{
+		if (key_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("keys must not contain nulls")));
+		keys[i] = PointerGetDatum(check_name(DatumGetTextPP(keys[i]), "key"));
+		if (payload_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not contain nulls"),
+					 errhint("Pass 'null'::jsonb for a message without a payload.")));
+		if (types != NULL && !type_nulls[i])
+			types[i] = PointerGetDatum(check_name(DatumGetTextPP(types[i]), "type"));
+		if (headers != NULL && !header_nulls[i])
+		{
+			headers[i] = PointerGetDatum(DatumGetJsonbP(headers[i]));
+			check_headers(DatumGetJsonbP(headers[i]));
+		}
+	}
+
+	ids = palloc(sizeof(Datum) * Max(n, 1));
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	check_outbox_installed();
+	for (int i = 0; i < n; i++)
+	{
+		text	   *type = (types == NULL || type_nulls[i]) ? NULL : DatumGetTextPP(types[i]);
+		Jsonb	   *header = (headers == NULL || header_nulls[i]) ? NULL : DatumGetJsonbP(headers[i]);
+
+		ids[i] = UUIDPGetDatum(emit_one(&store, scope, topic, DatumGetTextPP(keys[i]),
+										payloads[i], type, header, now, available));
+		CHECK_FOR_INTERRUPTS();
+	}
+	idem_store_close(&store);
+	if (n > 0)
+	{
+		notify_relays();
+		idem_count_add(IDEM_COUNT_OUTBOX_EMITTED, (uint64) n);
+	}
+	PG_RETURN_ARRAYTYPE_P(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+/*
+ * idem_outbox_counted(counter, n): the relay functions' counts.  STRICT; an
+ * unrecognized name is an error, so that a misspelt call in the install
+ * script shows in the tests.
+ */
+Datum
+idem_outbox_counted(PG_FUNCTION_ARGS)
+{
+	char	   *counter = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int64		n = PG_GETARG_INT64(1);
+	IdemCounter which;
+
+	if (strcmp(counter, "published") == 0)
+		which = IDEM_COUNT_OUTBOX_PUBLISHED;
+	else if (strcmp(counter, "retried") == 0)
+		which = IDEM_COUNT_OUTBOX_RETRIED;
+	else if (strcmp(counter, "dead") == 0)
+		which = IDEM_COUNT_OUTBOX_DEAD;
+	else if (strcmp(counter, "taken_over") == 0)
+		which = IDEM_COUNT_OUTBOX_TAKEN_OVER;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unrecognized outbox counter \"%s\"", counter)));
+	if (n < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("n must not be negative")));
+	idem_count_add(which, (uint64) n);
+	PG_RETURN_VOID();
+}
