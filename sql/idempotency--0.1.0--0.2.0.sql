@@ -1274,3 +1274,290 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_outbox_counted(text, bigint)
 FROM PUBLIC;
 
+/*
+ * The outbox in operations, security and tenant isolation (issue 15).
+ *
+ * idem_stuck lists, after the records, the outbox messages that need a
+ * person: dead ones, and messages not yet published
+ * idempotency.outbox_stuck_after (5 minutes) after their emit.  Its columns
+ * stay those of 0.1.0 (key is the message key, status is NULL for a
+ * message), followed by topic, message_id and outbox_status.  The kinds
+ * of idem_grant that read idem_stuck now read idem_outbox too, and roles
+ * granted them before this update get it below.
+ */
+/*
+ * The outbox's rows of idem_stuck come from a function, so that a role that
+ * may read idem_stuck but not idem_outbox (granted so by hand before this
+ * update) still reads the view: it gets the records' rows only, instead of
+ * an error.  The function runs as the caller, under row-level security.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_stuck()
+RETURNS TABLE (scope text, key text, reason text, age interval, attempts integer,
+               error jsonb, lease_expires_at timestamptz, created_at timestamptz,
+               updated_at timestamptz, topic text, message_id uuid,
+               outbox_status @extschema@.idem_outbox_status)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    stuck_after constant interval :=
+        coalesce(nullif(current_setting('idempotency.outbox_stuck_after', true), '')::interval,
+                 interval '5 minutes');
+BEGIN
+    IF NOT has_table_privilege('@extschema@.idem_outbox', 'SELECT') THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT o.scope::text, o.aggregateid::text,
+           CASE WHEN o.status = 'dead' THEN 'dead message' ELSE 'message not published' END,
+           clock_timestamp() - o.created_at, o.attempts, o.last_error, o.lease_expires_at,
+           o.created_at, o.updated_at, o.aggregatetype::text, o.id, o.status
+    FROM @extschema@.idem_outbox o
+    WHERE o.status = 'dead'
+       OR (o.status IN ('pending', 'in_flight') AND o.created_at < clock_timestamp() - stuck_after);
+END
+$function$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_stuck() IS
+    'the outbox rows of idem_stuck: dead messages and those not published after idempotency.outbox_stuck_after (none without SELECT on idem_outbox)';
+
+CREATE OR REPLACE VIEW @extschema@.idem_stuck WITH (security_invoker = true) AS
+SELECT * FROM (
+    SELECT r.scope, r.key, r.status,
+           CASE WHEN r.status OPERATOR(pg_catalog.=) 'unknown'
+                THEN 'unknown outcome' ELSE 'lease expired' END AS reason,
+           pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) r.created_at AS age,
+           r.attempts, r.recovery_point, r.error, r.lease_expires_at,
+           r.created_at, r.updated_at,
+           NULL::pg_catalog.text AS topic, NULL::pg_catalog.uuid AS message_id,
+           NULL::@extschema@.idem_outbox_status AS outbox_status
+    FROM @extschema@.idempotency_records r
+    WHERE r.status OPERATOR(pg_catalog.=) 'unknown'
+       OR (r.status OPERATOR(pg_catalog.=) 'processing'
+           AND r.lease_expires_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp())
+    UNION ALL
+    SELECT o.scope COLLATE pg_catalog."C", o.key COLLATE pg_catalog."C", NULL::@extschema@.idem_status,
+           o.reason, o.age, o.attempts, NULL::pg_catalog.text, o.error, o.lease_expires_at,
+           o.created_at, o.updated_at, o.topic, o.message_id, o.outbox_status
+    FROM @extschema@.idem_outbox_stuck() o
+) stuck
+ORDER BY created_at;
+
+COMMENT ON VIEW @extschema@.idem_stuck IS
+    'work that needs a person or a reconciler: unknown outcomes, abandoned leases, dead outbox messages and messages not published after idempotency.outbox_stuck_after, oldest first';
+
+-- roles that read idem_stuck, and maintenance roles (they purge the outbox now)
+DO $grants$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.idem_stuck'::pg_catalog.regclass
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+          AND a.grantee OPERATOR(pg_catalog.<>) 0
+          AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT ON TABLE @extschema@.idem_outbox TO %s', r.role);
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
+        FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+        WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'DELETE'
+          AND a.grantee OPERATOR(pg_catalog.<>) 0
+          AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON TABLE @extschema@.idem_outbox TO %s', r.role);
+    END LOOP;
+END
+$grants$;
+
+/*
+ * Tenant isolation covers the outbox by scope, as the records: the policy
+ * idem_tenant (a range of scope under idempotency.scope), the policy of the
+ * roles allowed tenants (idem_tenant_members), and row-level security
+ * switched with the other tables by idem_tenant_isolation.  A relay sees
+ * the messages of its tenant; a relay for every tenant needs BYPASSRLS.
+ */
+CREATE POLICY idem_tenant ON @extschema@.idem_outbox
+    USING (@extschema@.idem_scope_in_tenant(scope))
+    WITH CHECK (@extschema@.idem_scope_in_tenant(scope));
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_apply_settings()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    isolated constant boolean := TG_OP <> 'DELETE' AND NEW.tenant_isolation;
+    t regclass;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['@extschema@.idempotency_records', '@extschema@.idem_inbox',
+                             '@extschema@.idem_inbox_streams', '@extschema@.idem_outbox']::regclass[] LOOP
+        -- regclass prints a quoted, qualified name
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY, %s ROW LEVEL SECURITY', t,
+                       CASE WHEN isolated THEN 'ENABLE' ELSE 'DISABLE' END,
+                       CASE WHEN isolated THEN 'FORCE' ELSE 'NO FORCE' END);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_apply_tenant_members()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    roles text;
+    t record;
+BEGIN
+    SELECT string_agg(DISTINCT quote_ident(a.rolname), ', ') INTO roles
+    FROM @extschema@.idem_tenant_members m
+    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) m.role::pg_catalog.oid;
+    FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
+                                   ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_outbox'::pg_catalog.regclass, 'scope')) v(tab, col)
+    LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+                   WHERE p.polrelid OPERATOR(pg_catalog.=) t.tab
+                     AND p.polname OPERATOR(pg_catalog.=) 'idem_tenant_members') THEN
+            EXECUTE format('DROP POLICY idem_tenant_members ON %s', t.tab);
+        END IF;
+        IF roles IS NOT NULL THEN
+            EXECUTE format('CREATE POLICY idem_tenant_members ON %1$s TO %2$s '
+                           'USING (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[])) '
+                           'WITH CHECK (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[]))',
+                           t.tab, roles, t.col);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- a database isolated before this update isolates the outbox too, and the
+-- roles allowed tenants get their policy on it
+DO $isolate$
+BEGIN
+    IF EXISTS (SELECT FROM @extschema@.idem_settings s WHERE s.tenant_isolation) THEN
+        ALTER TABLE @extschema@.idem_outbox ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+    END IF;
+    IF EXISTS (SELECT FROM @extschema@.idem_tenant_members) THEN
+        -- the trigger makes the policies again, now with the outbox
+        UPDATE @extschema@.idem_tenant_members m SET tenant = m.tenant WHERE false;
+    END IF;
+END
+$isolate$;
+
+/* idem_grant, with the outbox kinds emitter and relay (issue 15). */
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    functions text;
+    tables text;
+    privileges text;
+BEGIN
+    IF kind IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'kind and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Nothing is granted to PUBLIC: name a role.';
+    END IF;
+    CASE kind
+    WHEN 'client' THEN
+        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer), '
+                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
+                            '%1$s.idem_release(text, bigint, text), '
+                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
+                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, INSERT, UPDATE, DELETE';
+    WHEN 'reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_outbox TO %2$s', s, grantee);
+    WHEN 'global_reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
+        privileges := 'SELECT, UPDATE (status, result, error, response_code, retryable, '
+                      'completed_at, updated_at, expires_at)';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox TO %2$s',
+                       s, grantee);
+        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
+                       'VALUES (%s::pg_catalog.oid::pg_catalog.regrole) ON CONFLICT (role) DO NOTHING',
+                       s, grantee::pg_catalog.oid);
+    WHEN 'reader' THEN
+        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox', s);
+        privileges := 'SELECT';
+    WHEN 'consumer' THEN
+        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
+                            '%1$s.idem_inbox_watermark(text, text)', s);
+        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
+        privileges := 'SELECT, INSERT, UPDATE';
+    WHEN 'maintenance' THEN
+        functions := format('%s.idem_purge(integer, integer)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_inbox, %1$s.idem_outbox', s);
+        privileges := 'SELECT, UPDATE, DELETE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
+    WHEN 'machine_admin' THEN
+        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
+                            '%1$s.idem_drop_machine(text), '
+                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
+                            '%1$s.idem_detach_machine(regclass, name)', s);
+        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
+        privileges := 'INSERT, UPDATE, DELETE';
+    WHEN 'monitor' THEN
+        functions := format('%s.idem_stats_reset()', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox', s);
+        privileges := 'SELECT';
+    WHEN 'emitter' THEN
+        functions := format('%1$s.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval), '
+                            '%1$s.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval)', s);
+        tables := format('%s.idem_outbox', s);
+        privileges := 'INSERT';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_outbox_seq TO %s', s, grantee);
+    WHEN 'relay' THEN
+        functions := format('%1$s.idem_outbox_claim(text, integer, interval, text[]), '
+                            '%1$s.idem_outbox_ack(uuid[], bigint), '
+                            '%1$s.idem_outbox_nack(uuid, bigint, jsonb, interval), '
+                            '%1$s.idem_outbox_retry(uuid), '
+                            '%1$s.idem_outbox_check_token(uuid, bigint, text), '
+                            '%1$s.idem_outbox_counted(text, bigint)', s);
+        tables := format('%s.idem_outbox', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %1$s.idem_outbox_token, %1$s.idem_outbox_seq TO %2$s', s, grantee);
+    ELSE
+        RAISE EXCEPTION 'unknown kind of user "%"', kind
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The kinds are client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor, emitter and relay.';
+    END CASE;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
+    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
+    'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor, emitter, relay';
+

@@ -37,6 +37,7 @@ int			idem_max_key_length = 255;
 int			idem_outbox_max_attempts = 10;
 int			idem_outbox_retention_s = 24 * 60 * 60;
 bool		idem_outbox_notify = true;
+static int	idem_outbox_stuck_after_s = 5 * 60;
 
 /* Backends of a database that may wait in idem_await at once (await.c). */
 int			idem_max_waiters = 4;
@@ -111,6 +112,18 @@ _PG_init(void)
 							"Counted from publication. Pending, in-flight and dead messages are never purged.",
 							&idem_outbox_retention_s,
 							24 * 60 * 60,
+							1,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	/* read by the view idem_stuck through current_setting() */
+	DefineCustomIntVariable("idempotency.outbox_stuck_after",
+							"Age after which idem_stuck lists an outbox message not yet published.",
+							NULL,
+							&idem_outbox_stuck_after_s,
+							5 * 60,
 							1,
 							INT_MAX,
 							PGC_USERSET,

@@ -116,6 +116,7 @@ typedef enum IdemStatement
 	STMT_PURGE_RECORDS,			/* $1 now, $2 batch size */
 	STMT_PURGE_INBOX,			/* $1 now, $2 batch size */
 	STMT_OUTBOX_INSERT,			/* see outbox.c */
+	STMT_PURGE_OUTBOX,			/* $1 published before, $2 batch size */
 	IDEM_NUM_STATEMENTS
 } IdemStatement;
 

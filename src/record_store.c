@@ -295,6 +295,22 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		TEXTOID, TEXTOID, JSONBOID, JSONBOID}
 	},
 
+	/*
+	 * Outbox: published messages whose publication (updated_at) is older
+	 * than $1 = now - idempotency.outbox_retention, found through the BRIN
+	 * index on created_at (created_at <= updated_at).  Pending, in-flight
+	 * and dead messages are never purged.  A message a relay holds (a
+	 * repeated ack) is skipped.
+	 */
+	[STMT_PURGE_OUTBOX] = {
+		"DELETE FROM @S@.idem_outbox WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"SELECT ctid FROM @S@.idem_outbox "
+		"WHERE created_at OPERATOR(pg_catalog.<=) $1 "
+		"AND status OPERATOR(pg_catalog.=) 'published' "
+		"AND updated_at OPERATOR(pg_catalog.<=) $1 "
+		"LIMIT $2 FOR UPDATE SKIP LOCKED))",
+		2, {TIMESTAMPTZOID, INT4OID}
+	},
 };
 
 /*

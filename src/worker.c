@@ -809,7 +809,8 @@ purge_one_batch(void)
 	if (!OidIsValid(nsp))
 		purged = -1;
 	else if (!lock_if_free(nsp, "idempotency_records") ||
-			 !lock_if_free(nsp, "idem_inbox"))
+			 !lock_if_free(nsp, "idem_inbox") ||
+			 !lock_if_free(nsp, "idem_outbox"))
 		purged = -2;
 	else if ((nspname = get_namespace_name(nsp)) == NULL)
 		purged = -1;			/* the schema was dropped after the look-up */

@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(214);
+SELECT plan(220);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 60::bigint, 'the extension has 60 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 61::bigint, 'the extension has 61 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -99,13 +99,13 @@ SELECT results_eq(
              ('idem_fingerprint(bytea)'), ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'),
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
-             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
+             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'), ('idem_outbox_stuck()'),
              ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'),
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
     'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
-    'and idem_transition (which acts with the caller''s table privileges)');
+    'idem_transition (which acts with the caller''s table privileges) and idem_outbox_stuck (idem_stuck''s reader of the outbox)');
 
 -- the script itself
 CREATE TEMP TABLE install_script AS
@@ -208,6 +208,8 @@ CREATE ROLE regress_idem_sec_consumer;
 CREATE ROLE regress_idem_sec_maint;
 CREATE ROLE regress_idem_sec_madmin;
 CREATE ROLE regress_idem_sec_monitor;
+CREATE ROLE regress_idem_sec_emitter;
+CREATE ROLE regress_idem_sec_relay;
 CREATE ROLE "regress_idem_sec we'ird; role";
 SELECT lives_ok($$SELECT idem_grant('client', 'regress_idem_sec_client')$$, 'idem_grant client');
 SELECT lives_ok($$SELECT idem_grant('reader', 'regress_idem_sec_reader')$$, 'idem_grant reader');
@@ -216,6 +218,8 @@ SELECT lives_ok($$SELECT idem_grant('consumer', 'regress_idem_sec_consumer')$$, 
 SELECT lives_ok($$SELECT idem_grant('maintenance', 'regress_idem_sec_maint')$$, 'idem_grant maintenance');
 SELECT lives_ok($$SELECT idem_grant('machine_admin', 'regress_idem_sec_madmin')$$, 'idem_grant machine_admin');
 SELECT lives_ok($$SELECT idem_grant('monitor', 'regress_idem_sec_monitor')$$, 'idem_grant monitor');
+SELECT lives_ok($$SELECT idem_grant('emitter', 'regress_idem_sec_emitter')$$, 'idem_grant emitter');
+SELECT lives_ok($$SELECT idem_grant('relay', 'regress_idem_sec_relay')$$, 'idem_grant relay');
 SELECT lives_ok($$SELECT idem_grant('reader', '"regress_idem_sec we''ird; role"')$$,
                 'idem_grant to a role whose name has a quote, a space and a semicolon');
 -- EXECUTE on every function, and no privilege on the tables
@@ -267,17 +271,19 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reconciler
     $$VALUES ('function idem_lookup(text,text)', 'EXECUTE'),
              ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'EXECUTE'),
              ('schema public', 'USAGE'),
+             ('table idem_outbox', 'SELECT'),
              ('table idempotency_records', 'SELECT, UPDATE'),
              ('view idem_stuck', 'SELECT')$$,
-    'reconciler: idem_resolve and lookup; SELECT, UPDATE on the records, SELECT on idem_stuck');
+    'reconciler: idem_resolve and lookup; SELECT, UPDATE on the records, SELECT on idem_stuck and the outbox');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$,
     $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
              ('function idem_lookup(text,text)', 'EXECUTE'),
              ('schema public', 'USAGE'),
+             ('table idem_outbox', 'SELECT'),
              ('table idempotency_records', 'SELECT'),
              ('view idem_stuck', 'SELECT'),
              ('view idem_summary', 'SELECT')$$,
-    'reader: lookup and await; SELECT on the records and both views');
+    'reader: lookup and await; SELECT on the records, the outbox and both views');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_consumer')$$,
     $$VALUES ('function idem_inbox_accept(text,text,interval,boolean)', 'EXECUTE'),
              ('function idem_inbox_accept_seq(text,text,bigint,boolean)', 'EXECUTE'),
@@ -292,8 +298,9 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_maint')$$,
              ('schema public', 'USAGE'),
              ('sequence idem_token_epoch', 'USAGE'),
              ('table idem_inbox', 'DELETE, SELECT, UPDATE'),
+             ('table idem_outbox', 'DELETE, SELECT, UPDATE'),
              ('table idempotency_records', 'DELETE, SELECT, UPDATE')$$,
-    'maintenance: idem_purge; SELECT, UPDATE, DELETE on the records and the inbox; USAGE on the epoch');
+    'maintenance: idem_purge; SELECT, UPDATE, DELETE on the records, the inbox and the outbox; USAGE on the epoch');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_madmin')$$,
     $$VALUES ('function idem_attach_machine(regclass,name,text,boolean,boolean)', 'EXECUTE'),
              ('function idem_define_machine(text,jsonb,text[])', 'EXECUTE'),
@@ -306,10 +313,30 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_madmin')$$
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_monitor')$$,
     $$VALUES ('function idem_stats_reset()', 'EXECUTE'),
              ('schema public', 'USAGE'),
+             ('table idem_outbox', 'SELECT'),
              ('table idempotency_records', 'SELECT'),
              ('view idem_stuck', 'SELECT'),
              ('view idem_summary', 'SELECT')$$,
-    'monitor: idem_stats_reset; SELECT on the records and both views');
+    'monitor: idem_stats_reset; SELECT on the records, the outbox and both views');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_emitter')$$,
+    $$VALUES ('function idem_outbox_emit(text,text,jsonb,text,jsonb,text,interval)', 'EXECUTE'),
+             ('function idem_outbox_emit_batch(text,text[],jsonb[],text[],jsonb[],text,interval)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('sequence idem_outbox_seq', 'USAGE'),
+             ('table idem_outbox', 'INSERT')$$,
+    'emitter: the two emits; INSERT on the outbox, USAGE on its seq');
+SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_relay')$$,
+    $$VALUES ('function idem_outbox_ack(uuid[],bigint)', 'EXECUTE'),
+             ('function idem_outbox_check_token(uuid,bigint,text)', 'EXECUTE'),
+             ('function idem_outbox_claim(text,integer,interval,text[])', 'EXECUTE'),
+             ('function idem_outbox_counted(text,bigint)', 'EXECUTE'),
+             ('function idem_outbox_nack(uuid,bigint,jsonb,interval)', 'EXECUTE'),
+             ('function idem_outbox_retry(uuid)', 'EXECUTE'),
+             ('schema public', 'USAGE'),
+             ('sequence idem_outbox_seq', 'USAGE'),
+             ('sequence idem_outbox_token', 'USAGE'),
+             ('table idem_outbox', 'SELECT, UPDATE')$$,
+    'relay: claim, ack, nack, retry; SELECT, UPDATE on the outbox, USAGE on its sequences');
 
 -- who may call what: the privilege matrix
 CREATE FUNCTION pg_temp.allowed_calls(role name) RETURNS SETOF text LANGUAGE plpgsql AS $fn$
@@ -348,6 +375,15 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
     'machine_admin: define and drop; attach needs TRIGGER on the table, detach its ownership (below)');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_monitor') c$$,
     $$VALUES ('idem_stats_reset()')$$, 'monitor: idem_stats_reset');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_emitter') c$$,
+    $$VALUES ('idem_outbox_emit(text,text,jsonb,text,jsonb,text,interval)'),
+             ('idem_outbox_emit_batch(text,text[],jsonb[],text[],jsonb[],text,interval)')$$,
+    'emitter: the two emits');
+SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_relay') c$$,
+    $$VALUES ('idem_outbox_ack(uuid[],bigint)'), ('idem_outbox_check_token(uuid,bigint,text)'),
+             ('idem_outbox_claim(text,integer,interval,text[])'), ('idem_outbox_counted(text,bigint)'),
+             ('idem_outbox_nack(uuid,bigint,jsonb,interval)'), ('idem_outbox_retry(uuid)')$$,
+    'relay: claim, ack, nack, retry and their helpers');
 
 -- a few of these spelled out, with their messages
 SET LOCAL ROLE regress_idem_sec_nobody;

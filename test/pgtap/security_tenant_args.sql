@@ -50,8 +50,9 @@ SELECT results_eq($$SELECT polrelid::regclass::text, array_to_string(polroles::r
                     WHERE polname = 'idem_tenant_members' ORDER BY 1$$,
                   $$VALUES ('idem_inbox', 'regress_idem_targ_a,regress_idem_targ_b'),
                            ('idem_inbox_streams', 'regress_idem_targ_a,regress_idem_targ_b'),
+                           ('idem_outbox', 'regress_idem_targ_a,regress_idem_targ_b'),
                            ('idempotency_records', 'regress_idem_targ_a,regress_idem_targ_b')$$,
-                  'its trigger makes the policy idem_tenant_members on the three tables, for these roles only');
+                  'its trigger makes the policy idem_tenant_members on the four tables, for these roles only');
 SELECT throws_ok($$SELECT idem_grant_tenant('t1/orders', 'regress_idem_targ_a')$$, '22023',
                  'tenant "t1/orders" must be a name without "/"', 'a tenant has no "/"');
 SELECT throws_ok($$SELECT idem_grant_tenant('', 'regress_idem_targ_a')$$, '22023', NULL, 'nor is it empty');

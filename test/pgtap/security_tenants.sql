@@ -75,9 +75,9 @@ SELECT set_eq(
       WHERE c.relkind IN ('r', 'v')
         AND has_table_privilege('regress_idem_ten_rec', c.oid, m.privilege)
         AND NOT has_table_privilege('regress_idem_ten_nobody', c.oid, m.privilege)$$,
-    $$VALUES ('idempotency_records', 'SELECT'),
+    $$VALUES ('idempotency_records', 'SELECT'), ('idem_outbox', 'SELECT'),
              ('idem_stuck', 'SELECT'), ('idem_summary', 'SELECT')$$,
-    'and may read the records and both views, nothing else');
+    'and may read the records, the outbox (for idem_stuck) and both views, nothing else');
 SELECT results_eq(
     $$SELECT attname::text COLLATE "default" FROM pg_attribute
       WHERE attrelid = 'idempotency_records'::regclass AND attnum > 0 AND NOT attisdropped

@@ -127,6 +127,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND t.tgname NOT LIKE 'zz\_idem\_machine\_%\_inserted'
     UNION ALL
     SELECT 'policy ' || polrelid::regclass || ' ' || polname FROM pg_policy
+     -- the outbox and its policy are added by 0.2.0 (issue 15)
+     WHERE polrelid::regclass::text <> 'idem_outbox'
     UNION ALL
     SELECT 'epoch ' || last_value || ' ' || is_called FROM idem_token_epoch
 ) lines
@@ -159,6 +161,19 @@ $node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	$current, "ALTER EXTENSION UPDATE moves to $current");
 is(snapshot('upgraded'), $before, 'every row, the epoch, the privileges, triggers and policies are kept');
+# The outbox of 0.2.0 joins what 0.1.0 had set up: isolation is on, so its
+# row-level security is too; ops (maintenance, monitor, reconciler) may purge
+# it and read its stuck messages through idem_stuck.
+is( $node->safe_psql('upgraded', q{
+		SELECT relrowsecurity::text || relforcerowsecurity::text FROM pg_class WHERE oid = 'idem_outbox'::regclass}),
+	'truetrue', 'the update turns row-level security on for the outbox of an isolated database');
+is( $node->safe_psql('upgraded', q{
+		SELECT string_agg(p, ',' ORDER BY p) FROM unnest('{SELECT,INSERT,UPDATE,DELETE}'::text[]) p
+		 WHERE has_table_privilege('ops', 'idem_outbox', p)}),
+	'DELETE,SELECT,UPDATE', 'the roles that purged and read idem_stuck get the outbox privileges their kinds now have');
+is( $node->safe_psql('upgraded', q{
+		SET ROLE ops; SELECT idem_purge() >= 0, (SELECT count(*) >= 0 FROM idem_stuck)}),
+	't|t', 'so idem_purge and idem_stuck work for them after the update');
 # What the update adds to user tables: each attachment's AFTER INSERT trigger
 # (the rows really inserted must start in an initial state).
 is( $node->safe_psql('upgraded', q{
