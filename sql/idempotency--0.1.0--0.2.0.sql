@@ -844,8 +844,9 @@ COMMENT ON COLUMN @extschema@.idem_outbox.attempts IS 'how many times a claim ha
 COMMENT ON COLUMN @extschema@.idem_outbox.relay IS 'the relay that claimed the message last';
 COMMENT ON COLUMN @extschema@.idem_outbox.last_error IS 'the error of the last nack';
 
--- claim: available messages, oldest first
-CREATE INDEX idem_outbox_available ON @extschema@.idem_outbox (available_at)
+-- claim: available messages, oldest first, in emit order (a batch emitted
+-- at one time has one available_at: seq keeps the scan from sorting it)
+CREATE INDEX idem_outbox_available ON @extschema@.idem_outbox (available_at, seq)
     WHERE available_at IS NOT NULL;
 -- claim: the live messages of a key, in emit order (head of line)
 CREATE INDEX idem_outbox_key ON @extschema@.idem_outbox (aggregatetype, aggregateid, seq)
@@ -978,7 +979,8 @@ BEGIN
                           WHERE p.aggregatetype = o.aggregatetype
                             AND p.aggregateid = o.aggregateid
                             AND p.available_at IS NOT NULL
-                            AND p.seq < o.seq)
+                            AND p.seq < o.seq
+                          OFFSET 0)
           -- and none of the key in flight (a later one, emitted by a
           -- transaction that committed first)
           AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
@@ -986,7 +988,11 @@ BEGIN
                             AND p.aggregateid = o.aggregateid
                             AND p.available_at IS NOT NULL
                             AND p.seq > o.seq
-                            AND p.status = 'in_flight')
+                            AND p.status = 'in_flight'
+                          OFFSET 0)
+        -- OFFSET 0 keeps each NOT EXISTS a probe of idem_outbox_key per
+        -- candidate: pulled up into an anti-join, it may be planned as a
+        -- scan of the whole table (in flight is rare in the statistics)
         ORDER BY o.available_at, o.seq
         LIMIT batch
         FOR NO KEY UPDATE OF o SKIP LOCKED),

@@ -156,6 +156,20 @@ idem_objects(Oid fn_oid)
 }
 
 /*
+ * The sequence idem_outbox_seq, whose presence says that the outbox is
+ * installed.  A session that loaded the objects before ALTER EXTENSION
+ * UPDATE created the outbox (an update invalidates no object of ours) looks
+ * it up again instead of believing it absent.
+ */
+Oid
+idem_objects_outbox_seq(void)
+{
+	if (!OidIsValid(objects.outbox_seq) && objects_valid)
+		objects.outbox_seq = get_relname_relid("idem_outbox_seq", objects.namespace);
+	return objects.outbox_seq;
+}
+
+/*
  * The objects last loaded, for callers that loaded them earlier in this
  * call: an invalidation since then may have marked them stale, but the OIDs
  * of a running call's objects cannot change under it (it holds locks).

@@ -140,6 +140,7 @@ typedef struct IdemObjects
 
 extern const IdemObjects *idem_objects(Oid fn_oid);
 extern const IdemObjects *idem_objects_current(void);
+extern Oid	idem_objects_outbox_seq(void);
 
 /*
  * One SQL-callable function's use of the store.  It lives on that function's

@@ -143,7 +143,7 @@ emit_one(IdemStore *store, text *scope, text *topic, text *key, Datum payload,
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = UUIDPGetDatum(id);
-	args[1] = ObjectIdGetDatum(idem_objects_current()->outbox_seq);
+	args[1] = ObjectIdGetDatum(idem_objects_outbox_seq());
 	args[2] = TimestampTzGetDatum(now);
 	args[3] = TimestampTzGetDatum(available);
 	args[4] = PointerGetDatum(scope);
@@ -163,7 +163,7 @@ emit_one(IdemStore *store, text *scope, text *topic, text *key, Datum payload,
 static void
 check_outbox_installed(void)
 {
-	if (!OidIsValid(idem_objects_current()->outbox_seq))
+	if (!OidIsValid(idem_objects_outbox_seq()))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the outbox of extension \"idempotency\" is not installed"),

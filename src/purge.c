@@ -36,7 +36,7 @@ outbox_purgeable(void)
 {
 	Oid			outbox;
 
-	if (!OidIsValid(idem_objects_current()->outbox_seq))
+	if (!OidIsValid(idem_objects_outbox_seq()))
 		return false;
 	outbox = get_relname_relid("idem_outbox", idem_objects_current()->namespace);
 	return OidIsValid(outbox) &&

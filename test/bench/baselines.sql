@@ -128,6 +128,24 @@ CREATE TRIGGER enforce BEFORE UPDATE ON upd_plpgsql
 CREATE TABLE raw_inbox (consumer text, message_id text, received_at timestamptz DEFAULT now(),
                         PRIMARY KEY (consumer, message_id));
 
+-- (6) the outbox: a business row updated with each emit, and the raw outbox a
+-- developer would write, equivalent to idem_outbox: the same columns,
+-- defaults drawn by the INSERT (id, seq, times), the same indexes and
+-- fillfactor; its INSERT is all an emit does, without checks or NOTIFY
+CREATE TABLE bench_accounts (id integer PRIMARY KEY, n bigint NOT NULL DEFAULT 0) WITH (fillfactor = 50);
+INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, 10000) g;
+CREATE TABLE raw_outbox (LIKE idem_outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH (fillfactor = 90);
+CREATE SEQUENCE raw_outbox_seq;
+ALTER TABLE raw_outbox ALTER id SET DEFAULT gen_random_uuid(),
+    ALTER seq SET DEFAULT nextval('raw_outbox_seq'),
+    ALTER created_at SET DEFAULT clock_timestamp(),
+    ALTER available_at SET DEFAULT clock_timestamp(),
+    ALTER updated_at SET DEFAULT clock_timestamp(),
+    ADD PRIMARY KEY (id);
+CREATE INDEX ON raw_outbox (available_at, seq) WHERE available_at IS NOT NULL;
+CREATE INDEX ON raw_outbox (aggregatetype, aggregateid, seq) WHERE available_at IS NOT NULL;
+CREATE INDEX ON raw_outbox USING brin (created_at) WITH (pages_per_range = 16);
+
 -- (2) replay: 10000 finished keys in each implementation
 SELECT count(*) FROM (
     SELECT idem_complete('r' || g, (SELECT c.token FROM idem_claim('r' || g, '\x01'::bytea, '1 hour',

@@ -11,9 +11,13 @@ from collections import defaultdict
 raw_csv, out, machine = sys.argv[1:4]
 tps = defaultdict(list)
 latency = defaultdict(list)     # (variant, sync, records) -> ms
+relay = defaultdict(list)       # (sync, relays) -> messages per second
 extra = {}
 with open(raw_csv) as f:
     for row in csv.DictReader(f):
+        if row["workload"] == "relay":
+            relay[(row["synchronous_commit"], int(row["clients"]))].append(float(row["value"]))
+            continue
         if row["workload"] in ("purge", "bytes"):
             extra[(row["workload"], row["variant"])] = float(row["value"])
             continue
@@ -36,6 +40,7 @@ comparisons = {
     "update": ("machine", [("plain", 0.97, "trigger costs <= 3% of UPDATE throughput"),
                            ("plpgsql", None, "")]),
     "inbox": ("ours", [("raw", 0.95, ">= 0.95 x INSERT ... ON CONFLICT DO NOTHING")]),
+    "outbox": ("ours", [("raw", 0.95, ">= 0.95 x a raw INSERT into an equivalent table")]),
 }
 
 lines = [f"Machine: {machine}.", "",
@@ -58,14 +63,28 @@ for workload, (ours, baselines) in comparisons.items():
 plain = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "plain"}
 machine_t = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "machine"}
 plpgsql_t = {k[2]: median[k] for k in median if k[0] == "update" and k[1] == "plpgsql"}
-lines += ["", "| trigger cost | sync commit | machine trigger | PL/pgSQL trigger | ours / PL/pgSQL cost |",
-          "|---|---|---|---|---|"]
+if plain:
+    lines += ["", "| trigger cost | sync commit | machine trigger | PL/pgSQL trigger | ours / PL/pgSQL cost |",
+              "|---|---|---|---|---|"]
 for sync in sorted(plain):
     if sync in machine_t and sync in plpgsql_t:
         c_ours = 1 - machine_t[sync] / plain[sync]
         c_pl = 1 - plpgsql_t[sync] / plain[sync]
         share = c_ours / c_pl if c_pl > 0 else float("nan")
         lines.append(f"| UPDATE | {sync} | {c_ours:.1%} | {c_pl:.1%} | {share:.2f} (target <= 0.33) |")
+
+if relay:
+    emit_rate = median.get(("outbox", "ours", "off", 1))
+    lines += ["", "Outbox relay (claim + ack, batches of 100; median messages per second):", "",
+              "| sync commit | relays | messages/s | / single-client emit rate |", "|---|---|---|---|"]
+    for (sync, relays) in sorted(relay):
+        rate = statistics.median(relay[(sync, relays)])
+        verdict = ""
+        if emit_rate:
+            verdict = f"{rate / emit_rate:.1f}"
+            if sync == "off":
+                verdict += f" (target >= 2: {'met' if rate / emit_rate >= 2 else 'NOT met'})"
+        lines.append(f"| {sync} | {relays} | {rate:.0f} | {verdict} |")
 
 if ("purge", "rows_per_second") in extra:
     new_rate = median.get(("new", "ours", "off", 1))
