@@ -1070,6 +1070,9 @@ AS $function$
 DECLARE
     m record;
 BEGIN
+    IF message_id IS NULL OR token IS NULL OR verb IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_outbox_check_token must not be null' USING ERRCODE = '22004';
+    END IF;
     SELECT o.token, o.status INTO m FROM @extschema@.idem_outbox o WHERE o.id = message_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'outbox message % does not exist', message_id

@@ -228,6 +228,23 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
 SELECT pg_temp.written();
 
 --
+-- The internal helpers: idem_outbox_check_token (the errors of ack and
+-- nack), idem_outbox_counted (STRICT: NULL counts nothing), idem_outbox_stuck
+--
+SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
+    ('check_token NULL id', $$SELECT idem_outbox_check_token(NULL, 1, 'ack')$$,                 '22004'),
+    ('check_token NULL token', $$SELECT idem_outbox_check_token((SELECT id FROM fx WHERE name = 'k1a'), NULL, 'ack')$$, '22004'),
+    ('check_token unknown', $$SELECT idem_outbox_check_token('00000000-0000-7000-8000-000000000000', 1, 'ack')$$, 'IK004'),
+    ('check_token stale',   $$SELECT idem_outbox_check_token((SELECT id FROM fx WHERE name = 'k3'), 1, 'ack')$$, 'IK002'),
+    ('check_token current', $$SELECT idem_outbox_check_token((SELECT id FROM fx WHERE name = 'k1a'), 1, 'ack')$$, 'IK003'),
+    ('counted unknown name', $$SELECT idem_outbox_counted('bogus', 1)$$,                           '22023'),
+    ('counted negative',    $$SELECT idem_outbox_counted('published', -1)$$,                       '22023'),
+    ('counted NULL',        $$SELECT idem_outbox_counted(NULL, 1)$$,                               '00000'),
+    ('stuck',               $$SELECT count(*) FROM idem_outbox_stuck()$$,                          '00000')
+) AS c(input, sql, expected);
+SELECT pg_temp.written();
+
+--
 -- The outbox's own errors in full.
 --
 SELECT pg_temp.expect_error($$SELECT idem_outbox_emit('t', 'k', NULL)$$);

@@ -52,6 +52,28 @@ is($node->safe_psql('postgres',
 		q{SELECT value >= 3 FROM idem_stats() WHERE counter = 'purged_rows'}),
 	't', 'the statistics count the purged rows');
 
+# the outbox: published messages go after idempotency.outbox_retention (here
+# 1 s, set for the database, which the worker's runs read when they
+# connect); pending, in-flight and dead ones stay
+$node->safe_psql('postgres', q{ALTER DATABASE postgres SET idempotency.outbox_retention = 1});
+$node->safe_psql('postgres', q{
+	SELECT idem_outbox_emit('w', k, '{}') FROM unnest('{published,flight,dead,pending}'::text[]) k;
+	SELECT idem_outbox_ack(ARRAY[id], token) FROM idem_outbox_claim('r', 10) WHERE aggregateid = 'published';
+});
+$node->safe_psql('postgres', q{
+	SET idempotency.outbox_max_attempts = 1;
+	SELECT idem_outbox_nack(id, token, '{}') FROM idem_outbox WHERE aggregateid = 'dead';
+	UPDATE idem_outbox SET status = 'pending', available_at = now(), lease_expires_at = NULL
+	 WHERE aggregateid = 'pending';
+	UPDATE idem_outbox SET created_at = created_at - interval '1 day', updated_at = updated_at - interval '1 day'
+	 WHERE aggregateid <> 'published';
+});
+ok( $node->poll_query_until('postgres',
+		q{SELECT string_agg(aggregateid || ':' || status, ',' ORDER BY seq) = 'flight:in_flight,dead:dead,pending:pending'
+		  FROM idem_outbox}),
+	'the worker purges published outbox messages after idempotency.outbox_retention, and no other');
+$node->safe_psql('postgres', q{ALTER DATABASE postgres RESET idempotency.outbox_retention});
+
 sleep(2);
 is($node->safe_psql('second', 'SELECT count(*) FROM idempotency_records'), '4',
 	'a database that is not listed is left alone');
