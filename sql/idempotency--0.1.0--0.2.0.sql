@@ -759,3 +759,16 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
     'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, its place among the global reconcilers and its tenants';
+
+/*
+ * Each role reads only its own rows of idem_tenant_members: the policies and
+ * the C check read the table with the privileges of whoever works on the
+ * records (idem_role_tenants), so PUBLIC keeps SELECT, but the tenant names
+ * allowed to other roles are not its business.  Not forced: the owner, who
+ * writes the table through idem_grant_tenant and whose trigger rebuilds the
+ * policies from it, sees every row.
+ */
+ALTER TABLE @extschema@.idem_tenant_members ENABLE ROW LEVEL SECURITY;
+CREATE POLICY idem_own_tenants ON @extschema@.idem_tenant_members FOR SELECT
+    USING (role::pg_catalog.oid OPERATOR(pg_catalog.=)
+           (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER));

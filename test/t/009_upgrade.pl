@@ -123,6 +123,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND t.tgname NOT LIKE 'zz\_idem\_machine\_%\_inserted'
     UNION ALL
     SELECT 'policy ' || polrelid::regclass || ' ' || polname FROM pg_policy
+     -- the policy idem_own_tenants is on a table added by 0.2.0
+     WHERE polrelid::regclass::text NOT IN ('idem_global_reconcilers', 'idem_tenant_members')
     UNION ALL
     SELECT 'epoch ' || last_value || ' ' || is_called FROM idem_token_epoch
 ) lines
