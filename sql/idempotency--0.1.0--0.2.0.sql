@@ -772,3 +772,15 @@ ALTER TABLE @extschema@.idem_tenant_members ENABLE ROW LEVEL SECURITY;
 CREATE POLICY idem_own_tenants ON @extschema@.idem_tenant_members FOR SELECT
     USING (role::pg_catalog.oid OPERATOR(pg_catalog.=)
            (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER));
+
+/*
+ * Routing for sharded deployments (issue 16): a hash of the scope's tenant
+ * part that every server computes alike (src/route.c).
+ */
+CREATE FUNCTION @extschema@.idem_route_hash(scope text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_route_hash'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_route_hash(text) IS
+    'the shard hash of a scope: the first 4 bytes of SHA-256 of its tenant part (before the first "/"), big-endian int4';

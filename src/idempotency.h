@@ -282,6 +282,9 @@ extern void idem_removal_reuse_begin(IdemRemovalReuse *saved, text *scope, text 
 									 int64 token);
 extern void idem_removal_reuse_end(const IdemRemovalReuse *saved);
 
+/* fingerprint.c */
+extern bytea *idem_sha256(const char *data, size_t len);
+
 /* version.c: false when it could not check (in an extension script) */
 extern bool idem_version_check(Oid fn_oid);
 

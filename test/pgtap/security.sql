@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 52::bigint, 'the extension has 52 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 53::bigint, 'the extension has 53 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -100,7 +100,7 @@ SELECT results_eq(
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'),
-             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'),
+             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'), ('idem_route_hash(text)'),
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
