@@ -194,6 +194,9 @@ def cached(endpoint, path, key, raw, body):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: the headers and the body are two writes; on a keep-alive
+    # connection Nagle would hold the body until the client's delayed ACK (40 ms)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
