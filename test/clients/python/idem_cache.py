@@ -113,7 +113,9 @@ class Cache:
         try:
             data = self.client.get(ckey)
             entry = json.loads(data) if data is not None else None
-            if entry is not None and entry.get("v") != 1:
+            # an entry names its own key: a reply read on a confused
+            # connection could otherwise answer for another request
+            if entry is not None and (entry.get("v") != 1 or entry.get("key") != ckey):
                 entry = None
         except Exception as e:      # rule 4: whatever went wrong, the database answers
             self.failed("GET", e)
@@ -129,7 +131,7 @@ class Cache:
         ms = int(min(self.ttl, until - time.monotonic() - MARGIN) * 1000)
         if ms <= 0 or time.monotonic() < self.down_until:
             return
-        entry = {"v": 1, "status": status, "body": body, "ctype": ctype,
+        entry = {"v": 1, "key": ckey, "status": status, "body": body, "ctype": ctype,
                  "headers": dict(headers, **{"Idempotent-Replayed": "true"})}
         try:
             self.client.set(ckey, json.dumps(entry), px=ms)

@@ -238,7 +238,9 @@ class Handler(BaseHTTPRequestHandler):
         return cached(endpoint, self.path, m.group(1), data, body)
 
     def do_GET(self):
-        if self.path == "/cache" and CACHE is not None:
+        if CACHE is None:   # as without this method
+            return self.send_error(501, "Unsupported method ('GET')")
+        if self.path == "/cache":
             with CACHE.lock:
                 return self.send(Answer(200, dict(CACHE.stats)))
         self.send(problem(404, "Not Found", self.path))
