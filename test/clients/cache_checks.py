@@ -5,7 +5,8 @@ IDEM_CACHE_TRACE=1 (its answers carry X-Cache: hit, miss or bypass).
 What they show: replays are served from Redis, and no answer differs from
 the database's, whatever happens to Redis.  A key reused with another body
 gets 422 while the cache holds the key; a key in progress gets 409, never a
-cached answer; an entry never outlives its record; under duplicate load
+cached answer; an entry never outlives its record; a hung Redis costs a
+socket timeout, not the answer; under duplicate load
 while Redis is SIGKILLed, restarted and FLUSHALLed, every key has one
 business effect and one answer; with Redis down the service answers from
 the database alone.
@@ -27,7 +28,7 @@ import redis
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
 import idem_cache  # noqa: E402  (the service's own cache key, to look at an entry)
 
-PLAN = 15
+PLAN = 16
 RDB = redis.Redis(port=int(os.environ.get("REDIS_PORT", "0") or 0), socket_timeout=2)
 
 
@@ -46,6 +47,10 @@ def redis_kill():
         except FileNotFoundError:
             break
         time.sleep(0.05)
+
+
+def redis_signal(sig):
+    os.kill(int(open(os.path.join(os.environ["REDIS_DIR"], "redis.pid")).read()), sig)
 
 
 def redis_start():
@@ -81,7 +86,7 @@ def check(name, url, db, ok, post, burst, settle, final):
     stats = lambda: json.load(urllib.request.urlopen(url + "/cache", timeout=5))
 
     # 1. the owner's answer is copied after its COMMIT: the next send is a hit
-    k = pre + "warm"
+    warm = k = pre + "warm"
     got = [post(url + "/orders", obody(k), k) for _ in range(3)]
     ok(got[0]["status"] == 201 and not got[0]["replayed"] and
        all(same(a, got[0]) and a["replayed"] and cache(a) == "hit" for a in got[1:]),
@@ -133,6 +138,17 @@ def check(name, url, db, ok, post, burst, settle, final):
     ok(later["status"] == 201 and not later["replayed"] and cache(later) == "miss" and rows == 1,
        "%s: after the record expired, the key is new again, not a cached replay" % name,
        {"answer": (later["status"], later["body"], cache(later)), "rows": rows})
+
+    # 5. a hung Redis (SIGSTOP): the socket timeout sends the request to the database
+    redis_signal(signal.SIGSTOP)
+    try:
+        hung = [post(url + "/orders", obody(warm), warm, timeout=10) for _ in range(3)]
+    finally:
+        redis_signal(signal.SIGCONT)
+    time.sleep(idem_cache.RETRY)    # the service's pause after a failure
+    ok(all(same(a, got[0]) and a["replayed"] and cache(a) == "bypass" for a in hung),
+       "%s: with Redis hung, replays come from the database, equal to the first answer" % name,
+       [(a["status"], cache(a)) for a in hung])
 
     chaos(name, url, db, ok, post, settle, final, stats)
     redis_down(name, url, db, ok, post, burst, obody)

@@ -81,10 +81,13 @@ def cache_key(prefix, path, idem_key, raw, scope="", method="POST"):
 class Cache:
     def __init__(self, url, ttl, timeout, prefix="idem:", trace=False):
         import redis    # python3-redis; only when the cache is on
-        self.redis = redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+        # No retries: redis-py 6 (Debian 13) retries 3 times with 1 to 10 s
+        # of backoff by default, which would stall a request on a dead Redis.
         self.client = redis.Redis.from_url(url, socket_timeout=timeout,
                                            socket_connect_timeout=timeout,
-                                           retry_on_timeout=False)
+                                           retry_on_timeout=False, retry=Retry(NoBackoff(), 0))
         self.ttl, self.prefix, self.trace = ttl, prefix, trace
         self.lock = threading.Lock()
         self.down_until = 0.0
