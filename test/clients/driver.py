@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The driver of test/clients/run: concurrent duplicate requests through each
 service, then checks of the answers, the business rows and the provider.
-TAP on stdout.  Usage: driver.py NAME=URL... (env PROVIDER_URL, IDEM_DSN_DIRECT)"""
+TAP on stdout.  Usage: driver.py NAME=URL... (env PROVIDER_URL, IDEM_DSN_DIRECT;
+IDEM_CACHE_SERVICE=NAME: that service has the Redis cache, cache_checks.py)"""
 import json
 import os
 import sys
@@ -165,12 +166,19 @@ def check_service(name, url, db):
 
 def main():
     services = [a.split("=", 1) for a in sys.argv[1:]]
-    print("1..%d" % (12 * len(services)), flush=True)
+    cached = os.environ.get("IDEM_CACHE_SERVICE")
+    cached = cached if cached in dict(services) else None
+    if cached:
+        import cache_checks
+    plan = 12 * len(services) + (cache_checks.PLAN if cached else 0)
+    print("1..%d" % plan, flush=True)
     with psycopg.connect(os.environ["IDEM_DSN_DIRECT"], autocommit=True) as db:
         for name, url in services:
             check_service(name, url, db)
+        if cached:
+            cache_checks.check(cached, dict(services)[cached], db, ok, post, burst, settle, final)
     failed = tests.count(False)
-    print("Result: %s" % ("PASS" if failed == 0 and len(tests) == 12 * len(services) else "FAIL"))
+    print("Result: %s" % ("PASS" if failed == 0 and len(tests) == plan else "FAIL"))
     return 1 if failed else 0
 
 

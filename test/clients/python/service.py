@@ -8,11 +8,15 @@ psycopg 3, one connection per request (through PgBouncer).
                    payment provider, then complete / fail, or mark unknown
   POST /reconcile  resolves unknown payments by asking the provider
 
-Environment: IDEM_DSN, PROVIDER_URL, PORT.  Tables: test/clients/schema.sql."""
+Environment: IDEM_DSN, PROVIDER_URL, PORT.  Tables: test/clients/schema.sql.
+With REDIS_URL, replays may be answered from Redis: idem_cache.py (its rules),
+cached() below; GET /cache shows its counters, and IDEM_CACHE_TRACE=1 adds
+an X-Cache header (hit, miss, bypass) for the tests."""
 import json
 import math
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
@@ -22,19 +26,25 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+import idem_cache
+
 DSN = os.environ["IDEM_DSN"]
 PROVIDER = os.environ["PROVIDER_URL"]
 BROKEN = os.environ.get("IDEM_CLIENTS_BREAK") == "1"  # tests only: skip the claim
+CACHE = idem_cache.from_env()   # None without REDIS_URL
 # The draft's key is an RFC 8941 sf-string: "..." of printable ASCII.
 KEY = re.compile(r'^"([\x20\x21\x23-\x5b\x5d-\x7e]{1,255})"$')
-CLAIM = """SELECT outcome, token, status, response_code, result, error, lease_expires_at
+CLAIM = """SELECT outcome, token, status, response_code, result, error, lease_expires_at,
+                  extract(epoch FROM expires_at - clock_timestamp())::float8 AS expires_in
              FROM idem_claim(%s, idem_request_fingerprint('POST', %s, %s), lease => %s)"""
 
 
 class Answer:
-    """An HTTP answer: status, JSON body, headers."""
-    def __init__(self, status, body, headers=None, ctype="application/json"):
+    """An HTTP answer: status, JSON body, headers.  kept_until: set only on a
+    finished, committed answer, which the cache may keep until then."""
+    def __init__(self, status, body, headers=None, ctype="application/json", kept_until=None):
         self.status, self.body, self.headers, self.ctype = status, body, headers or {}, ctype
+        self.kept_until, self.trace = kept_until, None
 
 
 def problem(status, title, detail, headers=None):
@@ -55,15 +65,19 @@ def connect():
 
 def claim(conn, key, path, body, lease=None):
     if BROKEN:
-        return {"outcome": "new", "token": None}
-    return conn.execute(CLAIM, (key, path, Jsonb(body), lease)).fetchone()
+        return {"outcome": "new", "token": None, "kept_until": None}
+    sent = time.monotonic()
+    row = conn.execute(CLAIM, (key, path, Jsonb(body), lease)).fetchone()
+    row["kept_until"] = idem_cache.kept_until(sent, row["expires_in"])
+    return row
 
 
 def not_owner(row):
     """The answer for a claim that did not make us the owner."""
     if row["outcome"] == "replay":
         body = row["result"] if row["status"] == "succeeded" else row["error"]
-        return Answer(row["response_code"], body, {"Idempotent-Replayed": "true"})
+        return Answer(row["response_code"], body, {"Idempotent-Replayed": "true"},
+                      kept_until=row["kept_until"])
     if row["outcome"] == "unknown":
         return Answer(202, {"status": "pending", "detail": "being reconciled"})
     # in_progress: the first request is still running
@@ -90,7 +104,7 @@ def orders(key, body):
                 conn.execute("SELECT idem_complete(%s, %s, %s, 201)",
                              (key, row["token"], Jsonb(result)))
         # committed: only now is the answer true
-        return Answer(201, result)
+        return Answer(201, result, kept_until=row["kept_until"])
 
 
 def provider(method, path, body=None, timeout=1.0):
@@ -130,14 +144,14 @@ def payments(key, body):
             if not BROKEN:
                 conn.execute("SELECT idem_fail(%s, %s, %s, retryable => false, response_code => 402)",
                              (key, token, Jsonb(charge)))
-            return Answer(402, charge)
+            return Answer(402, charge, kept_until=row["kept_until"])
         result = {"payment_id": key, "charge_id": charge["charge_id"], "amount": charge["amount"]}
         with conn.transaction():
             conn.execute("INSERT INTO payments (idem_key, charge_id, amount) VALUES (%s, %s, %s)",
                          (key, charge["charge_id"], charge["amount"]))
             if not BROKEN:
                 conn.execute("SELECT idem_complete(%s, %s, %s, 201)", (key, token, Jsonb(result)))
-        return Answer(201, result)
+        return Answer(201, result, kept_until=row["kept_until"])
 
 
 def reconcile():
@@ -162,8 +176,27 @@ def reconcile():
     return Answer(200, done)
 
 
+def cached(endpoint, path, key, raw, body):
+    """The endpoint's answer, or its replay from the cache (idem_cache.py).
+    The endpoint returns after its COMMIT, its connection closed: only then
+    is a finished answer (kept_until set) copied to the cache."""
+    ckey = CACHE.key(path, key, raw)
+    entry, state = CACHE.get(ckey)
+    if entry:
+        a = Answer(entry["status"], entry["body"], entry["headers"], entry["ctype"])
+    else:
+        a = endpoint(key, body)
+        if a.kept_until is not None:
+            CACHE.fill(ckey, a.status, a.body, a.headers, a.ctype, a.kept_until)
+    a.trace = state
+    return a
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY: the headers and the body are two writes; on a keep-alive
+    # connection Nagle would hold the body until the client's delayed ACK (40 ms)
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -199,7 +232,18 @@ class Handler(BaseHTTPRequestHandler):
             body = json.loads(data)
         except ValueError:
             return problem(400, "Bad Request", "The body is not JSON.")
-        return (orders if self.path == "/orders" else payments)(m.group(1), body)
+        endpoint = orders if self.path == "/orders" else payments
+        if CACHE is None:
+            return endpoint(m.group(1), body)
+        return cached(endpoint, self.path, m.group(1), data, body)
+
+    def do_GET(self):
+        if CACHE is None:   # as without this method
+            return self.send_error(501, "Unsupported method ('GET')")
+        if self.path == "/cache":
+            with CACHE.lock:
+                return self.send(Answer(200, dict(CACHE.stats)))
+        self.send(problem(404, "Not Found", self.path))
 
     def send(self, a):
         data = json.dumps(a.body).encode()
@@ -208,6 +252,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for name, value in a.headers.items():
             self.send_header(name, value)
+        if a.trace and CACHE is not None and CACHE.trace:
+            self.send_header("X-Cache", a.trace)
         self.end_headers()
         self.wfile.write(data)
 
