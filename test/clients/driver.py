@@ -15,6 +15,7 @@ import psycopg
 
 PROVIDER = os.environ["PROVIDER_URL"]
 DUPS, ORDER_KEYS, PAYMENT_KEYS = 8, 12, 16
+CHECKS = 14     # per service
 tests = []
 
 
@@ -74,6 +75,28 @@ def final(a):
     return a["status"] not in (409, 202)
 
 
+def header(a, name):
+    """A header of an answer, by its case-insensitive name."""
+    return next((v for n, v in a["headers"].items() if n.lower() == name.lower()), None)
+
+
+def same_headers(answers, location):
+    """Keys whose final answers do not all carry the first one's Location,
+    X-Request-Id and Content-Type (a 201's Location from location(body)), or
+    that have more than one answer without Idempotent-Replayed: true."""
+    bad = {}
+    for k, got in answers.items():
+        fin = [a for a in got if final(a)]
+        seen = [(header(a, "Location"), header(a, "X-Request-Id"), header(a, "Content-Type"))
+                for a in fin]
+        first = [a for a in fin if not a["replayed"]]
+        # (answers are in the order they came back: a replay may beat the first)
+        if (not fin or any(h != seen[0] for h in seen) or not seen[0][1] or len(first) > 1 or
+                (fin[0]["status"] == 201 and seen[0][0] != location(fin[0]["body"]))):
+            bad[k] = [(a["status"], a["replayed"]) + h for a, h in zip(fin, seen)]
+    return bad
+
+
 def check_service(name, url, db):
     pre = name + "-"
     bad = [post(url + "/orders", {"sku": "x"}),
@@ -127,6 +150,13 @@ def check_service(name, url, db):
         ok(not late, "%s: %s: 409 with Retry-After, and only while the first request runs (%d 409s)"
            % (name, label, sum(a["status"] == 409 for got in answers.values() for a in got)), late)
 
+    for label, answers, location in (
+            ("orders", orders, lambda body: "/orders/%s" % body.get("order_id")),
+            ("payments", payments, lambda body: "/payments/%s" % body.get("charge_id"))):
+        bad = same_headers(answers, location)
+        ok(not bad, "%s: %s: a replay gives back the first answer's Location, X-Request-Id and "
+           "Content-Type, with Idempotent-Replayed: true" % (name, label), bad)
+
     declined = [k for k in pkeys if amount(k) >= 9000]
     ok(all(payments[k][-1]["status"] == 402 for k in declined) and
        all(payments[k][-1]["status"] == 201 for k in pkeys if k not in declined),
@@ -170,7 +200,7 @@ def main():
     cached = cached if cached in dict(services) else None
     if cached:
         import cache_checks
-    plan = 12 * len(services) + (cache_checks.PLAN if cached else 0)
+    plan = CHECKS * len(services) + (cache_checks.PLAN if cached else 0)
     print("1..%d" % plan, flush=True)
     with psycopg.connect(os.environ["IDEM_DSN_DIRECT"], autocommit=True) as db:
         for name, url in services:

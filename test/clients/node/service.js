@@ -6,8 +6,11 @@
 //   POST /payments   multi-phase: claim, checkpoint, call the provider,
 //                    then complete / fail, or mark unknown
 //   POST /reconcile  resolves unknown payments by asking the provider
+// An answer's headers (Location, Content-Type, X-Request-Id) are saved with
+// its status and body, and a replay sends them again.
 // Environment: IDEM_DSN, PROVIDER_URL, PORT.  Tables: test/clients/schema.sql.
 'use strict';
+const crypto = require('crypto');
 const http = require('http');
 const { Pool } = require('pg');
 
@@ -19,7 +22,8 @@ const BROKEN = process.env.IDEM_CLIENTS_BREAK === '1'; // tests only: skip the c
 // The draft's key is an RFC 8941 sf-string: "..." of printable ASCII.
 const KEY = /^"([\x20\x21\x23-\x5b\x5d-\x7e]{1,255})"$/;
 // node-postgres sends parameters untyped: cast the body to jsonb.
-const CLAIM = `SELECT outcome, token, status, response_code, result, error, lease_expires_at
+const CLAIM = `SELECT outcome, token, status, response_code, result, error, lease_expires_at,
+                      response_headers
                  FROM idem_claim($1, idem_request_fingerprint('POST', $2, $3::jsonb), lease => $4)`;
 
 function dsnToUrl(dsn) {
@@ -28,6 +32,12 @@ function dsnToUrl(dsn) {
 }
 
 const answer = (status, body, headers = {}, ctype = 'application/json') => ({ status, body, headers, ctype });
+// The headers of an answer that is saved: given again by every replay.
+function firstHeaders(location) {
+  const headers = { 'Content-Type': 'application/json', 'X-Request-Id': crypto.randomUUID() };
+  if (location) headers.Location = location;
+  return headers;
+}
 const problem = (status, title, detail, headers) =>
   answer(status, { type: 'about:blank', title, status, detail }, headers, 'application/problem+json');
 
@@ -39,7 +49,7 @@ async function claim(db, key, path, body, lease = null) {
 function notOwner(row) {
   if (row.outcome === 'replay') {
     const body = row.status === 'succeeded' ? row.result : row.error;
-    return answer(row.response_code, body, { 'Idempotent-Replayed': 'true' });
+    return answer(row.response_code, body, { ...row.response_headers, 'Idempotent-Replayed': 'true' });
   }
   if (row.outcome === 'unknown') return answer(202, { status: 'pending', detail: 'being reconciled' });
   // in_progress: the first request is still running
@@ -62,9 +72,13 @@ async function orders(key, body) {
       'INSERT INTO orders (idem_key, sku, qty) VALUES ($1, $2, $3) RETURNING id',
       [key, body.sku, body.qty])).rows[0];
     const result = { order_id: Number(order.id), sku: body.sku, qty: body.qty };
-    if (!BROKEN) await db.query('SELECT idem_complete($1, $2, $3::jsonb, 201)', [key, row.token, result]);
+    const headers = firstHeaders(`/orders/${result.order_id}`);
+    if (!BROKEN) {
+      await db.query('SELECT idem_complete($1, $2, $3::jsonb, 201, headers => $4::jsonb)',
+        [key, row.token, result, headers]);
+    }
     await db.query('COMMIT'); // only now is the answer true
-    return answer(201, result);
+    return answer(201, result, headers);
   } catch (e) {
     await db.query('ROLLBACK').catch(() => {});
     throw e;
@@ -113,19 +127,24 @@ async function payments(key, body) {
     return answer(202, { status: 'pending', detail: 'being reconciled' });
   }
   if (status === 402) {
+    const headers = firstHeaders();
     if (!BROKEN) {
-      await pool.query('SELECT idem_fail($1, $2, $3::jsonb, retryable => false, response_code => 402)',
-        [key, token, charge]);
+      await pool.query('SELECT idem_fail($1, $2, $3::jsonb, retryable => false, response_code => 402, ' +
+        'headers => $4::jsonb)', [key, token, charge, headers]);
     }
-    return answer(402, charge);
+    return answer(402, charge, headers);
   }
   const result = { payment_id: key, charge_id: charge.charge_id, amount: charge.amount };
+  const headers = firstHeaders(`/payments/${charge.charge_id}`);
   const db = await pool.connect();
   try {
     await db.query('BEGIN');
     await db.query('INSERT INTO payments (idem_key, charge_id, amount) VALUES ($1, $2, $3)',
       [key, charge.charge_id, charge.amount]);
-    if (!BROKEN) await db.query('SELECT idem_complete($1, $2, $3::jsonb, 201)', [key, token, result]);
+    if (!BROKEN) {
+      await db.query('SELECT idem_complete($1, $2, $3::jsonb, 201, headers => $4::jsonb)',
+        [key, token, result, headers]);
+    }
     await db.query('COMMIT');
   } catch (e) {
     await db.query('ROLLBACK').catch(() => {});
@@ -133,7 +152,7 @@ async function payments(key, body) {
   } finally {
     db.release();
   }
-  return answer(201, result);
+  return answer(201, result, headers);
 }
 
 async function reconcile() {
@@ -149,7 +168,8 @@ async function reconcile() {
         const result = { payment_id: key, charge_id: charge.charge_id, amount: charge.amount };
         await db.query('INSERT INTO payments (idem_key, charge_id, amount) VALUES ($1, $2, $3)',
           [key, charge.charge_id, charge.amount]);
-        await db.query("SELECT idem_resolve($1, 'succeeded', $2::jsonb, 201)", [key, result]);
+        await db.query("SELECT idem_resolve($1, 'succeeded', $2::jsonb, 201, headers => $3::jsonb)",
+          [key, result, firstHeaders(`/payments/${charge.charge_id}`)]);
         done.succeeded.push(key);
       } else { // it did not: the next request does the work
         await db.query("SELECT idem_resolve($1, 'failed', $2::jsonb, retryable => true)",

@@ -8,6 +8,9 @@ psycopg 3, one connection per request (through PgBouncer).
                    payment provider, then complete / fail, or mark unknown
   POST /reconcile  resolves unknown payments by asking the provider
 
+An answer's headers (Location, Content-Type, X-Request-Id) are saved with its
+status and body, and a replay sends them again.
+
 Environment: IDEM_DSN, PROVIDER_URL, PORT.  Tables: test/clients/schema.sql.
 With REDIS_URL, replays may be answered from Redis: idem_cache.py (its rules),
 cached() below; GET /cache shows its counters, and IDEM_CACHE_TRACE=1 adds
@@ -17,6 +20,7 @@ import math
 import os
 import re
 import time
+import uuid
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
@@ -35,7 +39,7 @@ CACHE = idem_cache.from_env()   # None without REDIS_URL
 # The draft's key is an RFC 8941 sf-string: "..." of printable ASCII.
 KEY = re.compile(r'^"([\x20\x21\x23-\x5b\x5d-\x7e]{1,255})"$')
 CLAIM = """SELECT outcome, token, status, response_code, result, error, lease_expires_at,
-                  extract(epoch FROM expires_at - clock_timestamp())::float8 AS expires_in
+                  response_headers, extract(epoch FROM expires_at - clock_timestamp())::float8 AS expires_in
              FROM idem_claim(%s, idem_request_fingerprint('POST', %s, %s), lease => %s)"""
 
 
@@ -45,6 +49,14 @@ class Answer:
     def __init__(self, status, body, headers=None, ctype="application/json", kept_until=None):
         self.status, self.body, self.headers, self.ctype = status, body, headers or {}, ctype
         self.kept_until, self.trace = kept_until, None
+
+
+def first_headers(location=None):
+    """The headers of an answer that is saved: given again by every replay."""
+    headers = {"Content-Type": "application/json", "X-Request-Id": str(uuid.uuid4())}
+    if location:
+        headers["Location"] = location
+    return headers
 
 
 def problem(status, title, detail, headers=None):
@@ -76,7 +88,8 @@ def not_owner(row):
     """The answer for a claim that did not make us the owner."""
     if row["outcome"] == "replay":
         body = row["result"] if row["status"] == "succeeded" else row["error"]
-        return Answer(row["response_code"], body, {"Idempotent-Replayed": "true"},
+        return Answer(row["response_code"], body,
+                      dict(row["response_headers"] or {}, **{"Idempotent-Replayed": "true"}),
                       kept_until=row["kept_until"])
     if row["outcome"] == "unknown":
         return Answer(202, {"status": "pending", "detail": "being reconciled"})
@@ -100,11 +113,12 @@ def orders(key, body):
                 "INSERT INTO orders (idem_key, sku, qty) VALUES (%s, %s, %s) RETURNING id",
                 (key, body.get("sku"), body.get("qty"))).fetchone()
             result = {"order_id": order["id"], "sku": body.get("sku"), "qty": body.get("qty")}
+            headers = first_headers("/orders/%d" % order["id"])
             if not BROKEN:
-                conn.execute("SELECT idem_complete(%s, %s, %s, 201)",
-                             (key, row["token"], Jsonb(result)))
+                conn.execute("SELECT idem_complete(%s, %s, %s, 201, headers => %s)",
+                             (key, row["token"], Jsonb(result), Jsonb(headers)))
         # committed: only now is the answer true
-        return Answer(201, result, kept_until=row["kept_until"])
+        return Answer(201, result, headers, kept_until=row["kept_until"])
 
 
 def provider(method, path, body=None, timeout=1.0):
@@ -141,17 +155,20 @@ def payments(key, body):
                              (key, token, Jsonb({"reason": "provider timeout"})))
             return Answer(202, {"status": "pending", "detail": "being reconciled"})
         if status == 402:
+            headers = first_headers()
             if not BROKEN:
-                conn.execute("SELECT idem_fail(%s, %s, %s, retryable => false, response_code => 402)",
-                             (key, token, Jsonb(charge)))
-            return Answer(402, charge, kept_until=row["kept_until"])
+                conn.execute("SELECT idem_fail(%s, %s, %s, retryable => false, response_code => 402, "
+                             "headers => %s)", (key, token, Jsonb(charge), Jsonb(headers)))
+            return Answer(402, charge, headers, kept_until=row["kept_until"])
         result = {"payment_id": key, "charge_id": charge["charge_id"], "amount": charge["amount"]}
+        headers = first_headers("/payments/" + charge["charge_id"])
         with conn.transaction():
             conn.execute("INSERT INTO payments (idem_key, charge_id, amount) VALUES (%s, %s, %s)",
                          (key, charge["charge_id"], charge["amount"]))
             if not BROKEN:
-                conn.execute("SELECT idem_complete(%s, %s, %s, 201)", (key, token, Jsonb(result)))
-        return Answer(201, result, kept_until=row["kept_until"])
+                conn.execute("SELECT idem_complete(%s, %s, %s, 201, headers => %s)",
+                             (key, token, Jsonb(result), Jsonb(headers)))
+        return Answer(201, result, headers, kept_until=row["kept_until"])
 
 
 def reconcile():
@@ -167,7 +184,9 @@ def reconcile():
                               "amount": charge["amount"]}
                     conn.execute("INSERT INTO payments (idem_key, charge_id, amount) VALUES (%s, %s, %s)",
                                  (key, charge["charge_id"], charge["amount"]))
-                    conn.execute("SELECT idem_resolve(%s, 'succeeded', %s, 201)", (key, Jsonb(result)))
+                    conn.execute("SELECT idem_resolve(%s, 'succeeded', %s, 201, headers => %s)",
+                                 (key, Jsonb(result),
+                                  Jsonb(first_headers("/payments/" + charge["charge_id"]))))
                     done["succeeded"].append(key)
                 else:               # it did not: the next request does the work
                     conn.execute("SELECT idem_resolve(%s, 'failed', %s, retryable => true)",
@@ -248,10 +267,12 @@ class Handler(BaseHTTPRequestHandler):
     def send(self, a):
         data = json.dumps(a.body).encode()
         self.send_response(a.status)
-        self.send_header("Content-Type", a.ctype)
+        if "Content-Type" not in a.headers:
+            self.send_header("Content-Type", a.ctype)
         self.send_header("Content-Length", str(len(data)))
         for name, value in a.headers.items():
-            self.send_header(name, value)
+            for v in value if isinstance(value, list) else [value]:
+                self.send_header(name, v)
         if a.trace and CACHE is not None and CACHE.trace:
             self.send_header("X-Cache", a.trace)
         self.end_headers()
