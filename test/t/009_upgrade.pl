@@ -117,6 +117,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        -- added by 0.2.0 (tenant as an argument, issue 14)
        AND p.proname NOT IN ('idem_role_tenants', 'idem_grant_tenant', 'idem_revoke_tenant',
                               'idem_apply_tenant_members')
+       -- added by 0.2.0 (routing, issue 16)
+       AND p.proname <> 'idem_route_hash'
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
