@@ -197,8 +197,9 @@ async function payments(tenant, key, body) {
   if ((status === 200 || status === 201) && isCharge(charge)) { // 200: the charge of a repeated id
     return charged(tenant, scope, key, token, charge);
   }
-  if (status >= 400 && status < 500) {
-    // a definite refusal (402 a decline): saved, and replayed
+  if (status >= 400 && status < 500 && status !== 429) {
+    // a definite refusal (402 a decline): saved, and replayed; a 429
+    // (rate limit) is no refusal and goes on as unknown below
     const error = charge !== null && typeof charge === 'object' ? charge : { error: 'refused by the provider' };
     const headers = firstHeaders();
     if (!BROKEN) {

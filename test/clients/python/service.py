@@ -238,8 +238,9 @@ def payments(tenant, key, body):
                 return unknown(conn, scope, key, token, "no answer from the provider")
         if status in (200, 201) and is_charge(charge):  # 200: the charge of a repeated id
             return charged(conn, tenant, scope, key, token, charge, row["kept_until"])
-        if 400 <= status < 500:
-            # a definite refusal (402 a decline): saved, and replayed
+        if 400 <= status < 500 and status != 429:
+            # a definite refusal (402 a decline): saved, and replayed; a 429
+            # (rate limit) is no refusal and goes on as unknown below
             error = charge if isinstance(charge, dict) else {"error": "refused by the provider"}
             headers = first_headers()
             if not BROKEN:
