@@ -604,8 +604,10 @@ CREATE TABLE @extschema@.idem_tenant_members (
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid)');
--- only idem_role_tenants reads it for the other roles, their own rows only
-REVOKE ALL ON TABLE @extschema@.idem_tenant_members FROM PUBLIC;
+-- No privilege for PUBLIC (a table's default, left as it is: an explicit
+-- REVOKE would only write the owner's default privileges into relacl, which
+-- pg_upgrade does not carry): idem_role_tenants reads it for the other
+-- roles, their own rows only.
 
 COMMENT ON TABLE @extschema@.idem_tenant_members IS
     'the tenants each role may work in without idempotency.scope (idem_grant_tenant)';
