@@ -784,3 +784,193 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_route_hash(text) IS
     'the shard hash of a scope: the first 4 bytes of SHA-256 of its tenant part (before the first "/"), big-endian int4';
+
+/*
+ * Response headers (issue 14, "From an HTTP API"): idem_complete, idem_fail
+ * and idem_resolve save the answer's headers with its status and body, and
+ * a replay gives them back (the claim's row, idem_lookup, idem_await).  A
+ * JSON object of header names to a string or an array of strings; the C
+ * code checks it (src/validation.c).  The column has no default, so adding
+ * it rewrites nothing; it comes last, in the table's row type too, which
+ * idem_lookup and idem_await return.  The library still serves 0.1.0's
+ * table and functions without it.  A takeover clears it with the other
+ * outcome columns (STMT_TAKEOVER in src/record_store.c).
+ */
+ALTER TABLE @extschema@.idempotency_records ADD COLUMN response_headers jsonb;
+
+COMMENT ON COLUMN @extschema@.idempotency_records.response_headers IS
+    'the saved answer''s headers: {"Name": "value" or ["value", ...]}, or NULL';
+
+ALTER TYPE @extschema@.idem_claim_result ADD ATTRIBUTE response_headers jsonb;
+
+/*
+ * A new argument list is a new function: each function is made anew beside
+ * the old one, given the old one's grants, and the old one dropped (an
+ * overload with a default would make idem_complete('k', 1) ambiguous).  The
+ * grants are copied by the C helper, so that they stay grants rather than
+ * become initial privileges of the extension, which pg_dump would leave
+ * out (src/upgrade.c); the helper lives only in this script.  PUBLIC has
+ * none, as in 0.1.0.
+ */
+CREATE FUNCTION @extschema@.idem_copy_function_grants(from_function regprocedure,
+                                                      to_function regprocedure)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_copy_function_grants'
+LANGUAGE C STRICT;
+
+CREATE FUNCTION @extschema@.idem_complete(
+    key text,
+    token bigint,
+    result jsonb DEFAULT NULL,
+    response_code integer DEFAULT NULL,
+    scope text DEFAULT '',
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.idem_fail(
+    key text,
+    token bigint,
+    error jsonb,
+    retryable boolean DEFAULT true,
+    scope text DEFAULT '',
+    response_code integer DEFAULT NULL,
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.idem_resolve(
+    key text,
+    status @extschema@.idem_status,
+    result jsonb DEFAULT NULL,
+    response_code integer DEFAULT NULL,
+    scope text DEFAULT '',
+    retryable boolean DEFAULT false,
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_resolve'
+LANGUAGE C VOLATILE;
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb),
+    @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb),
+    @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb)
+FROM PUBLIC;
+
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_complete(text, bigint, jsonb, integer, text)',
+    '@extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb)');
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer)',
+    '@extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb)');
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean)',
+    '@extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb)');
+
+DROP FUNCTION @extschema@.idem_copy_function_grants(regprocedure, regprocedure);
+DROP FUNCTION @extschema@.idem_complete(text, bigint, jsonb, integer, text);
+DROP FUNCTION @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer);
+DROP FUNCTION @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean);
+
+COMMENT ON FUNCTION @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb) IS
+    'the owner saves the outcome: result, response code and headers (fencing token checked)';
+COMMENT ON FUNCTION @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb) IS
+    'the owner saves a failure: error, retryable, response code and headers (fencing token checked)';
+COMMENT ON FUNCTION @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb) IS
+    'settle an unknown outcome after reconciliation: succeeded or failed, with the answer''s code and headers';
+
+/*
+ * idem_grant with the new argument lists of idem_complete, idem_fail and
+ * idem_resolve, and the global reconciler's UPDATE on response_headers
+ * (idem_resolve sets it).
+ */
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    functions text;
+    tables text;
+    privileges text;
+BEGIN
+    IF kind IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'kind and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Nothing is granted to PUBLIC: name a role.';
+    END IF;
+    CASE kind
+    WHEN 'client' THEN
+        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text, jsonb), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb), '
+                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
+                            '%1$s.idem_release(text, bigint, text), '
+                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
+                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, INSERT, UPDATE, DELETE';
+    WHEN 'reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %s.idem_stuck TO %s', s, grantee);
+    WHEN 'global_reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
+        privileges := 'SELECT, UPDATE (status, result, error, response_code, response_headers, '
+                      'retryable, completed_at, updated_at, expires_at)';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary TO %2$s', s, grantee);
+        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
+                       'VALUES (%s::pg_catalog.oid::pg_catalog.regrole) ON CONFLICT (role) DO NOTHING',
+                       s, grantee::pg_catalog.oid);
+    WHEN 'reader' THEN
+        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    WHEN 'consumer' THEN
+        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
+                            '%1$s.idem_inbox_watermark(text, text)', s);
+        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
+        privileges := 'SELECT, INSERT, UPDATE';
+    WHEN 'maintenance' THEN
+        functions := format('%s.idem_purge(integer, integer)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_inbox', s);
+        privileges := 'SELECT, UPDATE, DELETE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
+    WHEN 'machine_admin' THEN
+        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
+                            '%1$s.idem_drop_machine(text), '
+                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
+                            '%1$s.idem_detach_machine(regclass, name)', s);
+        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
+        privileges := 'INSERT, UPDATE, DELETE';
+    WHEN 'monitor' THEN
+        functions := format('%s.idem_stats_reset()', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
+        privileges := 'SELECT';
+    ELSE
+        RAISE EXCEPTION 'unknown kind of user "%"', kind
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The kinds are client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin and monitor.';
+    END CASE;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
+    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
+    'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor';

@@ -13,6 +13,7 @@
 
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
@@ -141,4 +142,135 @@ idem_retention_expiry(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 	if (PG_ARGISNULL(argno))
 		return now + (int64) idem_retention_s * USECS_PER_SEC;
 	return idem_add_interval(now, PG_GETARG_INTERVAL_P(argno), "retention");
+}
+
+/*
+ * An HTTP field name is a token (RFC 9110, section 5.6.2): letters, digits
+ * and !#$%&'*+-.^_`|~.
+ */
+static bool
+is_token_char(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		(c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static void
+value_not_string(const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("value of header \"%s\" must be a string or an array of strings", name),
+			 errhint("Save a header with several values as an array of strings, one per value.")));
+}
+
+static void
+check_header_value(const char *name, JsonbValue *value)
+{
+	if (value->type != jbvString)
+		value_not_string(name);
+	/* a line break would end the field when the answer is sent again */
+	for (int i = 0; i < value->val.string.len; i++)
+	{
+		char		c = value->val.string.val[i];
+
+		if (c == '\r' || c == '\n')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("value of header \"%s\" contains a line break", name),
+					 errdetail("Header values cannot contain CR or LF characters.")));
+	}
+}
+
+/* A header's value: a string, or (a header sent several times) an array of them. */
+static void
+check_header_values(const char *name, JsonbValue *value)
+{
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+
+	if (value->type != jbvBinary)
+	{
+		check_header_value(name, value);
+		return;
+	}
+	if (!JsonContainerIsArray(value->val.binary.data))
+		value_not_string(name);
+	it = JsonbIteratorInit(value->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+		if (tok == WJB_ELEM)
+			check_header_value(name, &elem);
+}
+
+static int
+compare_names(const void *a, const void *b)
+{
+	return pg_strcasecmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/*
+ * headers (argument argno): NULL, or the response headers to save with an
+ * outcome, a JSON object of field names to a string or an array of strings
+ * (a field sent several times).  Names are case-insensitive, so two keys
+ * that differ only in case are refused rather than one of them being lost
+ * by whoever sends them.  Returns the datum, or 0 for NULL (or an argument
+ * the function does not have: 0.1.0's declarations); checked before
+ * anything is written.
+ */
+Datum
+idem_arg_headers(FunctionCallInfo fcinfo, int argno)
+{
+	Jsonb	   *headers;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	  **names;
+	int			nnames = 0;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return (Datum) 0;
+	headers = PG_GETARG_JSONB_P(argno);
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object"),
+				 errdetail("The value given is a JSON %s.",
+						   JB_ROOT_IS_SCALAR(headers) ? "scalar" : "array"),
+				 errhint("Pass an object of header names and values, such as {\"Location\": \"/orders/7\"}.")));
+
+	names = palloc(sizeof(char *) * (JB_ROOT_COUNT(headers) + 1));
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+		{
+			char	   *name = pnstrdup(v.val.string.val, v.val.string.len);
+
+			if (v.val.string.len == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("header name must not be empty")));
+			for (int i = 0; i < v.val.string.len; i++)
+				if (!is_token_char((unsigned char) name[i]))
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("invalid header name \"%s\"", name),
+							 errdetail("A header name consists of letters, digits and the characters !#$%%&'*+-.^_`|~.")));
+			names[nnames++] = name;
+		}
+		else if (tok == WJB_VALUE)
+			check_header_values(names[nnames - 1], &v);
+	}
+
+	qsort(names, nnames, sizeof(char *), compare_names);
+	for (int i = 1; i < nnames; i++)
+		if (pg_strcasecmp(names[i - 1], names[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header \"%s\" is given twice", names[i]),
+					 errdetail("Header names are case-insensitive: \"%s\" and \"%s\" name the same header.",
+							   names[i - 1], names[i]),
+					 errhint("Save a header with several values as one array of strings.")));
+	return PointerGetDatum(headers);
 }

@@ -24,7 +24,8 @@ CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))
 
 def request(conn, key, body):
     conn.request("POST", "/orders", body=json.dumps(body),
-                 headers={"Content-Type": "application/json", "Idempotency-Key": '"%s"' % key})
+                 headers={"Content-Type": "application/json", "X-Tenant": "t1",
+                          "Idempotency-Key": '"%s"' % key})
     r = conn.getresponse()
     return r.status, r.getheader("Idempotent-Replayed"), r.getheader("X-Cache"), json.loads(r.read())
 

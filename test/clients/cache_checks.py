@@ -68,8 +68,9 @@ def redis_start():
 
 
 def entry_of(path, key, body):
-    """The raw bytes driver.post sends give the service's cache key."""
-    return idem_cache.cache_key("idem:", path, key, json.dumps(body).encode())
+    """The raw bytes driver.post sends give the service's cache key (its
+    requests are in tenant t1 by default, the scope of the tenant's keys)."""
+    return idem_cache.cache_key("idem:", path, key, json.dumps(body).encode(), scope="t1")
 
 
 def cache(a):
@@ -105,14 +106,14 @@ def check(name, url, db, ok, post, burst, settle, final):
 
     # 3. in progress: the driver owns the key (a committed claim, a live lease)
     k = pre + "held"
-    row = db.execute("SELECT token FROM idem_claim(%s, idem_request_fingerprint('POST', '/orders', %s::jsonb),"
+    row = db.execute("SELECT token FROM idem_claim(%s, idem_request_fingerprint('POST', '/orders', %s::jsonb), scope => 't1',"
                      " lease => '60 seconds')", (k, json.dumps(obody(k)))).fetchone()
     held = [post(url + "/orders", obody(k), k) for _ in range(4)]
     ok(all(a["status"] == 409 and "Retry-After" in a["headers"] and cache(a) != "hit" for a in held) and
        not RDB.exists(entry_of("/orders", k, obody(k))),
        "%s: a key in progress gets 409, never cached" % name, [(a["status"], cache(a)) for a in held])
     result = {"order_id": -1, "sku": "by the driver", "qty": 0}
-    db.execute("SELECT idem_complete(%s, %s, %s::jsonb, 201)", (k, row[0], json.dumps(result)))
+    db.execute("SELECT idem_complete(%s, %s, %s::jsonb, 201, scope => 't1')", (k, row[0], json.dumps(result)))
     after = [post(url + "/orders", obody(k), k) for _ in range(3)]
     ok(all(a["status"] == 201 and a["body"] == result and a["replayed"] for a in after) and
        cache(after[0]) == "miss" and cache(after[-1]) == "hit" and
@@ -122,9 +123,9 @@ def check(name, url, db, ok, post, burst, settle, final):
 
     # 4. an entry never outlives its record: a record kept 3 seconds
     k = pre + "short"
-    row = db.execute("SELECT token FROM idem_claim(%s, idem_request_fingerprint('POST', '/orders', %s::jsonb),"
+    row = db.execute("SELECT token FROM idem_claim(%s, idem_request_fingerprint('POST', '/orders', %s::jsonb), scope => 't1',"
                      " retention => '3 seconds')", (k, json.dumps(obody(k)))).fetchone()
-    db.execute("SELECT idem_complete(%s, %s, %s::jsonb, 201)", (k, row[0], json.dumps(result)))
+    db.execute("SELECT idem_complete(%s, %s, %s::jsonb, 201, scope => 't1')", (k, row[0], json.dumps(result)))
     first = [post(url + "/orders", obody(k), k) for _ in range(2)]
     pttl = RDB.pttl(entry_of("/orders", k, obody(k)))
     left = db.execute("SELECT extract(epoch FROM expires_at - clock_timestamp()) * 1000"
@@ -212,8 +213,9 @@ def chaos(name, url, db, ok, post, settle, final, stats):
     settle(url + "/payments", {k: answers[k] for k in pkeys}, pbody, until=(201, 402, 422, 202))
     retry = set()
     for _ in range(2):
-        rec = post(url + "/reconcile", {})
-        retry |= set(rec["body"].get("retry", []) if rec["status"] == 200 else [])
+        rec = post(url + "/reconcile", {}, tenant=None)
+        # the provider knows a payment as tenant:key (the services' payment_id)
+        retry |= {p.split(":", 1)[1] for p in (rec["body"].get("retry", []) if rec["status"] == 200 else [])}
         settle(url + "/payments", {k: answers[k] for k in pkeys}, pbody)
     after = stats()
     n = sum(map(len, answers.values()))
@@ -265,10 +267,10 @@ def chaos(name, url, db, ok, post, settle, final, stats):
         "SELECT idem_key, charge_id, amount FROM payments WHERE idem_key LIKE %s", (pre + "%",)).fetchall()}
     nrows = dict(db.execute("SELECT idem_key, count(*) FROM payments WHERE idem_key LIKE %s GROUP BY 1",
                             (pre + "%",)).fetchall())
-    calls = {k: pstats["calls"].get(k) for k in pkeys}
+    calls = {k: pstats["calls"].get("t1:" + k) for k in pkeys}
     expect = {k: 1 + (k in retry) for k in pkeys}
     ok(all(nrows.get(k, 0) == (k not in declined) for k in pkeys) and
-       all(prow[k] == (pstats["charges"][k]["charge_id"], amount(k)) for k in prow) and
+       all(prow[k] == (pstats["charges"]["t1:" + k]["charge_id"], amount(k)) for k in prow) and
        all(answers[k][-1]["status"] == (402 if k in declined else 201) for k in pkeys) and
        calls == expect,
        "%s: under Redis kills and flushes, one charge and one payment row per key, "

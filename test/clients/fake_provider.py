@@ -15,6 +15,7 @@ import random
 import sys
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEED = sys.argv[2] if len(sys.argv) > 2 else "1"
@@ -43,7 +44,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send(200, {"calls": calls, "charges": charges})
         if self.path.startswith("/charges/"):
             with lock:
-                charge = charges.get(self.path[len("/charges/"):])
+                charge = charges.get(urllib.parse.unquote(self.path[len("/charges/"):]))
             return self.send(200, charge) if charge else self.send(404, {"error": "no such charge"})
         self.send(404, {"error": "not found"})
 

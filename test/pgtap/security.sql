@@ -134,12 +134,12 @@ SELECT idem_attach_machine('sec_attached', 'st', 'sec.m');
 CREATE TEMP TABLE calls (signature text PRIMARY KEY, proname text, sql text);
 INSERT INTO calls VALUES
     ('idem_claim(text,bytea,interval,text,interval,boolean)', 'idem_claim', $$SELECT * FROM idem_claim('sec.n', '\x01')$$),
-    ('idem_complete(text,bigint,jsonb,integer,text)', 'idem_complete', $$SELECT idem_complete('sec.n', 1)$$),
-    ('idem_fail(text,bigint,jsonb,boolean,text,integer)', 'idem_fail', $$SELECT idem_fail('sec.n', 1, '{}')$$),
+    ('idem_complete(text,bigint,jsonb,integer,text,jsonb)', 'idem_complete', $$SELECT idem_complete('sec.n', 1)$$),
+    ('idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)', 'idem_fail', $$SELECT idem_fail('sec.n', 1, '{}')$$),
     ('idem_checkpoint(text,bigint,text,interval,text)', 'idem_checkpoint', $$SELECT idem_checkpoint('sec.n', 1, 'p')$$),
     ('idem_release(text,bigint,text)', 'idem_release', $$SELECT idem_release('sec.n', 1)$$),
     ('idem_mark_unknown(text,bigint,jsonb,text)', 'idem_mark_unknown', $$SELECT idem_mark_unknown('sec.n', 1, '{}')$$),
-    ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'idem_resolve', $$SELECT idem_resolve('sec.n', 'succeeded')$$),
+    ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)', 'idem_resolve', $$SELECT idem_resolve('sec.n', 'succeeded')$$),
     ('idem_lookup(text,text)', 'idem_lookup', $$SELECT * FROM idem_lookup('sec.n')$$),
     ('idem_await(text,text,interval)', 'idem_await', $$SELECT * FROM idem_await('sec.n', '', '0')$$),
     ('idem_inbox_accept(text,text,interval,boolean)', 'idem_inbox_accept', $$SELECT idem_inbox_accept('sec.c', 'm')$$),
@@ -212,9 +212,9 @@ SELECT lives_ok($$SELECT idem_grant('reader', '"regress_idem_sec we''ird; role"'
                 'idem_grant to a role whose name has a quote, a space and a semicolon');
 -- EXECUTE on every function, and no privilege on the tables
 GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, boolean),
-    idem_complete(text, bigint, jsonb, integer, text), idem_fail(text, bigint, jsonb, boolean, text, integer),
+    idem_complete(text, bigint, jsonb, integer, text, jsonb), idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb),
     idem_checkpoint(text, bigint, text, interval, text), idem_release(text, bigint, text),
-    idem_mark_unknown(text, bigint, jsonb, text), idem_resolve(text, idem_status, jsonb, integer, text, boolean),
+    idem_mark_unknown(text, bigint, jsonb, text), idem_resolve(text, idem_status, jsonb, integer, text, boolean, jsonb),
     idem_lookup(text, text), idem_await(text, text, interval),
     idem_inbox_accept(text, text, interval, boolean), idem_inbox_accept_seq(text, text, bigint, boolean),
     idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
@@ -242,8 +242,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$
     $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
              ('function idem_checkpoint(text,bigint,text,interval,text)', 'EXECUTE'),
              ('function idem_claim(text,bytea,interval,text,interval,boolean)', 'EXECUTE'),
-             ('function idem_complete(text,bigint,jsonb,integer,text)', 'EXECUTE'),
-             ('function idem_fail(text,bigint,jsonb,boolean,text,integer)', 'EXECUTE'),
+             ('function idem_complete(text,bigint,jsonb,integer,text,jsonb)', 'EXECUTE'),
+             ('function idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)', 'EXECUTE'),
              ('function idem_lookup(text,text)', 'EXECUTE'),
              ('function idem_mark_unknown(text,bigint,jsonb,text)', 'EXECUTE'),
              ('function idem_release(text,bigint,text)', 'EXECUTE'),
@@ -252,7 +252,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$
     'client: the owner calls, lookup and await; SELECT, INSERT, UPDATE, DELETE on the records');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reconciler')$$,
     $$VALUES ('function idem_lookup(text,text)', 'EXECUTE'),
-             ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'EXECUTE'),
+             ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('table idempotency_records', 'SELECT, UPDATE'),
              ('view idem_stuck', 'SELECT')$$,
@@ -312,8 +312,8 @@ SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress
                 'EXECUTE without table privileges is not enough: the functions run as the caller (42501)');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_client') c$$,
     $$VALUES ('idem_await(text,text,interval)'), ('idem_checkpoint(text,bigint,text,interval,text)'),
-             ('idem_claim(text,bytea,interval,text,interval,boolean)'), ('idem_complete(text,bigint,jsonb,integer,text)'),
-             ('idem_fail(text,bigint,jsonb,boolean,text,integer)'), ('idem_lookup(text,text)'),
+             ('idem_claim(text,bytea,interval,text,interval,boolean)'), ('idem_complete(text,bigint,jsonb,integer,text,jsonb)'),
+             ('idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)'), ('idem_lookup(text,text)'),
              ('idem_mark_unknown(text,bigint,jsonb,text)'), ('idem_release(text,bigint,text)')$$,
     'client: claim, the owner calls, lookup and await; nothing else');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reader') c$$,
@@ -322,7 +322,7 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
     $$VALUES ('idem_await(text,text,interval)'), ('idem_lookup(text,text)')$$,
     'the role with the odd name got what a reader gets');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reconciler') c$$,
-    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)')$$,
+    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)')$$,
     'reconciler: resolve and lookup');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_consumer') c$$,
     $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_seq(text,text,bigint,boolean)'),

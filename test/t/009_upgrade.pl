@@ -101,7 +101,11 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        -- added by 0.2.0 (tenants, issue 14)
        AND c.relname NOT IN ('idem_global_reconcilers', 'idem_tenant_members')
     UNION ALL
-    SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
+    -- 0.2.0 gives three functions a last argument, headers (issue 14): they
+    -- are new functions, which must have the old ones' grants
+    SELECT 'acl ' || CASE WHEN p.proname IN ('idem_complete', 'idem_fail', 'idem_resolve')
+                          THEN p.proname::text ELSE p.oid::regprocedure::text END
+           || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
        AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
                               'idem_records_rekeyed', 'idem_enforce_initial_state',
@@ -138,7 +142,9 @@ sub snapshot
 {
 	my ($db) = @_;
 	my $out = $node->safe_psql($db, $state_sql) . "\n";
-	$out .= "$_: " . $node->safe_psql($db, "SELECT string_agg(t::text, E'\\n' ORDER BY t::text) FROM $_ t") . "\n"
+	# as JSON without the column 0.2.0 adds to the records (issue 14)
+	$out .= "$_: " . $node->safe_psql($db,
+		"SELECT string_agg((to_jsonb(t) - 'response_headers')::text, E'\\n' ORDER BY (to_jsonb(t) - 'response_headers')::text) FROM $_ t") . "\n"
 	  for @tables;
 	return $out;
 }
@@ -152,6 +158,9 @@ like($err, qr/WARNING:  extension "idempotency" is at version "0\.1\.0", older t
 like($err, qr/HINT:  Run ALTER EXTENSION idempotency UPDATE in this database\./, 'with the hint to update');
 is(scalar(() = $err =~ /WARNING/g), 1, 'once per session');
 is($out, "1\n1", 'and the 0.1.0 functions work with the new library');
+is( $node->safe_psql('upgraded', q{
+		SELECT outcome || ' ' || response_code || ' ' || result::text FROM idem_claim('done', idem_fingerprint('a'))}),
+	'replay 201 {"order_id": 7}', 'a claim on 0.1.0 replays with the new library (its row has no headers)');
 
 $node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
@@ -173,6 +182,30 @@ is( $node->safe_psql('upgraded',
 		         postgresql_major = current_setting('server_version_num')::int / 10000
 		    FROM idem_version()}),
 	't|t|t', 'idem_version(): the SQL objects and the library agree');
+
+# The headers (issue 14): the new functions kept the old ones' grants as
+# grants, not as initial privileges of the extension, so a dump writes them
+# out; and they save headers that a replay gives back.
+my $dump = `pg_dump --schema-only --dbname="@{[ $node->connstr('upgraded') ]}"`;
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_complete\(.*, headers jsonb\) TO app;$/m,
+	'a dump grants the new idem_complete to the client granted the old one');
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_fail\(.*, headers jsonb\) TO app;$/m, 'and idem_fail');
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_resolve\(.*, headers jsonb\) TO ops;$/m,
+	'and idem_resolve to the reconciler');
+is( $node->safe_psql('upgraded', q{
+		SELECT string_agg(p.proname || ' ' || i.initprivs::text, ',' ORDER BY p.proname)
+		  FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid
+		 WHERE p.proname IN ('idem_complete', 'idem_fail', 'idem_resolve')}),
+	join(',', map { "$_ {postgres=X/postgres}" } qw(idem_complete idem_fail idem_resolve)),
+	'their initial privileges are those of a fresh install');
+is( $node->safe_psql('upgraded', q{
+		SELECT idem_complete('running', 1, '{"order_id": 8}', 201,
+		                     headers => '{"Location": "/orders/8", "X-Request-Id": "r-8"}');
+		SELECT outcome || ' ' || response_code || ' ' || response_headers::text
+		  FROM idem_claim('running', idem_fingerprint('e'));
+		SELECT response_headers::text FROM idem_lookup('running')}),
+	qq{\nreplay 201 {"Location": "/orders/8", "X-Request-Id": "r-8"}\n{"Location": "/orders/8", "X-Request-Id": "r-8"}},
+	'a record claimed on 0.1.0 is completed with headers after the update, and replays them');
 
 # Machines still enforce and log; tenants are still isolated.
 ($ret, $out, $err) = $node->psql('upgraded', q{UPDATE payments SET status = 'REFUNDED' WHERE id = 'p2'});

@@ -105,8 +105,8 @@ class Cache:
         if first:
             print("idem_cache: %s failed (%s); bypassing Redis" % (what, e), file=sys.stderr, flush=True)
 
-    def key(self, path, idem_key, raw):
-        return cache_key(self.prefix, path, idem_key, raw)
+    def key(self, scope, path, idem_key, raw):
+        return cache_key(self.prefix, path, idem_key, raw, scope=scope)
 
     def get(self, ckey):
         """(entry or None, "hit" | "miss" | "bypass")."""
