@@ -50,7 +50,8 @@ CREATE TYPE @extschema@.idem_claim_result AS (
     recovery_point text,
     lease_expires_at timestamptz,
     attempts integer,
-    expires_at timestamptz
+    expires_at timestamptz,
+    response_headers jsonb
 );
 
 -- The row type of the shards' table, which idem_lookup and idem_await return.
@@ -71,7 +72,8 @@ CREATE TYPE @extschema@.idempotency_records AS (
     retryable boolean,
     recovery_point text,
     result jsonb,
-    error jsonb
+    error jsonb,
+    response_headers jsonb
 );
 
 /*
@@ -260,7 +262,8 @@ CREATE FUNCTION @extschema@.idem_complete(
     token bigint,
     result jsonb DEFAULT NULL,
     response_code integer DEFAULT NULL,
-    scope text DEFAULT '')
+    scope text DEFAULT '',
+    headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(scope); $$;
@@ -271,7 +274,8 @@ CREATE FUNCTION @extschema@.idem_fail(
     error jsonb,
     retryable boolean DEFAULT true,
     scope text DEFAULT '',
-    response_code integer DEFAULT NULL)
+    response_code integer DEFAULT NULL,
+    headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(scope); $$;
@@ -303,7 +307,8 @@ CREATE FUNCTION @extschema@.idem_resolve(
     result jsonb DEFAULT NULL,
     response_code integer DEFAULT NULL,
     scope text DEFAULT '',
-    retryable boolean DEFAULT false)
+    retryable boolean DEFAULT false,
+    headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(scope); $$;
@@ -547,12 +552,12 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_request_fingerprint(text, text, jsonb, text[]),
     @extschema@.idem_inbox_seq(bigint, integer),
     @extschema@.idem_claim(text, bytea, interval, text, interval, boolean),
-    @extschema@.idem_complete(text, bigint, jsonb, integer, text),
-    @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer),
+    @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb),
+    @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb),
     @extschema@.idem_checkpoint(text, bigint, text, interval, text),
     @extschema@.idem_release(text, bigint, text),
     @extschema@.idem_mark_unknown(text, bigint, jsonb, text),
-    @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean),
+    @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb),
     @extschema@.idem_lookup(text, text),
     @extschema@.idem_await(text, text, interval),
     @extschema@.idem_inbox_accept(text, text, interval, boolean),

@@ -80,6 +80,42 @@ ORDER BY p.oid::regprocedure::text;
 SELECT c.relname, has_table_privilege('public', c.oid, 'SELECT') AS public_selects
 FROM pg_class c WHERE c.relnamespace = 'router'::regnamespace AND c.relkind = 'v' ORDER BY 1;
 
+-- The router's API is the extension's: every function of the router that
+-- the extension has too has the same arguments (names, types, defaults) and
+-- result, and the types have the same attributes and labels.  A change of
+-- the extension's API that the router does not follow fails here.
+WITH f AS (
+    SELECT e.extname, p.proname, replace(p.oid::regprocedure::text, 'router.', '') AS signature,
+           pg_get_function_identity_arguments(p.oid) AS identity,
+           replace(pg_get_function_arguments(p.oid), 'router.', '') AS arguments,
+           replace(pg_get_function_result(p.oid), 'router.', '') AS result
+      FROM pg_proc p
+      JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+      JOIN pg_extension e ON e.oid = d.refobjid)
+SELECT r.signature,
+       CASE WHEN x.proname IS NULL THEN 'the router''s own'
+            WHEN r.arguments = x.arguments AND r.result = x.result THEN 'as in the extension'
+            ELSE format('DIFFERS: %s -> %s, the extension: %s -> %s', r.arguments, r.result, x.arguments, x.result)
+       END AS api
+  FROM f r
+  LEFT JOIN f x ON x.extname = 'idempotency' AND x.proname = r.proname
+                AND replace(r.identity, 'router.', '') = x.identity
+ WHERE r.extname = 'idempotency_router'
+ ORDER BY 1;
+SELECT t.typname, count(*) AS attributes,
+       count(*) FILTER (WHERE x.attname IS NOT NULL) AS as_in_the_extension
+  FROM pg_type t
+  JOIN pg_attribute a ON a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attribute x ON x.attrelid = format('public.%I', t.typname)::regclass
+                          AND x.attnum > 0 AND NOT x.attisdropped AND x.attname = a.attname
+                          AND replace(format_type(a.atttypid, a.atttypmod), 'router.', '') = format_type(x.atttypid, x.atttypmod)
+                          AND a.attcollation = x.attcollation
+ WHERE t.typnamespace = 'router'::regnamespace AND t.typname IN ('idem_claim_result', 'idempotency_records')
+ GROUP BY 1 ORDER BY 1;
+SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.idem_claim_result'::regclass AND attnum > 0 AND NOT attisdropped) AS claim_result_attributes,
+       (SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.idempotency_records'::regclass AND attnum > 0 AND NOT attisdropped) AS record_columns,
+       enum_range(NULL::router.idem_status)::text = enum_range(NULL::public.idem_status)::text AS same_statuses;
+
 DROP SERVER idempotency;
 DROP EXTENSION idempotency_router;
 DROP EXTENSION plproxy;

@@ -139,6 +139,14 @@ is($out, 'replay|{"t": 3}|200', 'a replay through the proxy gives the stored res
 ($out, $err) = proxy_psql(q{SELECT outcome FROM idem_claim('k', '\x09', '30s', 'tenant-3')});
 like($err, qr/ERROR:  IK001: .*already used for a different request/,
 	'a different request under the key raises IK001 through the proxy');
+$proxy->safe_psql('postgres', q{
+	SELECT idem_complete('h', c.token, '{"id": 1}', 201, 'tenant-4', headers => '{"Location": "/orders/1"}')
+	  FROM idem_claim('h', '\x01', '30s', 'tenant-4') c});
+is($proxy->safe_psql('postgres', q{
+		SELECT c.outcome || ' ' || c.response_headers::text || ' ' || l.response_headers::text
+		  FROM idem_claim('h', '\x01', '30s', 'tenant-4') c, idem_lookup('h', 'tenant-4') l}),
+	'replay {"Location": "/orders/1"} {"Location": "/orders/1"}',
+	'the answer\'s headers saved through the proxy come back with the replay and idem_lookup');
 $proxy->safe_psql('postgres', q{SELECT token FROM idem_claim('busy', '\x01', '1h', 'tenant-5')});
 ($out, $err) = proxy_psql(q{SELECT outcome FROM idem_claim('busy', '\x01', '1h', 'tenant-5')});
 is($out, 'in_progress', 'a second claim of a key in progress: in_progress');
