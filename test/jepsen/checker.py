@@ -208,7 +208,10 @@ CHECKS = [
 # proxy function made by idem_proxy_function, on the shard of its scope).
 SHARD_SETUP = """
 CREATE EXTENSION idempotency;
+-- scope: the routing column, by which a partition's rows are moved
+-- (test/shard/move_partition.py --table jepsen_business:scope).
 CREATE TABLE jepsen_business (
+    scope  text   NOT NULL,
     intent bigint NOT NULL,
     token  bigint NOT NULL,
     amount int    NOT NULL,
@@ -246,8 +249,8 @@ BEGIN
     END IF;
     res := jsonb_build_object('intent', intent, 'amount', (body ->> 'amount')::int,
                               'token', c.token, 'by', by);
-    INSERT INTO jepsen_business (intent, token, amount, by)
-    VALUES (intent, c.token, (body ->> 'amount')::int, by);
+    INSERT INTO jepsen_business (scope, intent, token, amount, by)
+    VALUES (scope, intent, c.token, (body ->> 'amount')::int, by);
     PERFORM public.idem_complete(intent::text, c.token, res, 201, scope);
     status := 'succeeded';
     result := res::text;
@@ -256,14 +259,14 @@ END $$;
 CREATE FUNCTION jepsen.effect(scope text, i bigint, tok bigint, amt int, by text, res jsonb)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
-    INSERT INTO jepsen_business (intent, token, amount, by) VALUES (i, tok, amt, by);
+    INSERT INTO jepsen_business (scope, intent, token, amount, by) VALUES (scope, i, tok, amt, by);
     PERFORM public.idem_complete(i::text, tok, res, 201, scope);
 END $$;
 -- What a client without fencing would do (--sabotage fence only).
 CREATE FUNCTION jepsen.effect_unfenced(scope text, i bigint, tok bigint, amt int, by text, res jsonb)
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
 BEGIN
-    INSERT INTO jepsen_business (intent, token, amount, by) VALUES (i, tok, amt, by);
+    INSERT INTO jepsen_business (scope, intent, token, amount, by) VALUES (scope, i, tok, amt, by);
     UPDATE idempotency_records r SET result = res WHERE r.scope = $1 AND r.key = i::text;
 END $$;
 """
@@ -905,9 +908,13 @@ def killer_main(args, stop, counts):
                     counts["kills"] += 1
                     counts["kills_on_shards"] += 1
             except psycopg.Error:
+                # the shard is down or failing over: try again at the next kill
                 counts["killer_errors"] += 1
-                shards[i] = psycopg.connect(args.shard_dsn[i], autocommit=True,
-                                            application_name="jepsen-killer")
+                try:
+                    shards[i] = psycopg.connect(args.shard_dsn[i], autocommit=True, connect_timeout=2,
+                                                application_name="jepsen-killer")
+                except psycopg.Error:
+                    pass
             continue
         try:
             row = conn.execute(
