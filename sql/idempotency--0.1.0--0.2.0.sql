@@ -579,7 +579,9 @@ COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
  *
  * A second permissive policy, idem_tenant_members, on the three tables
  * accepts a row when its scope's (an inbox row: its consumer's) first part is
- * one of idem_role_tenants().  It names the roles of the table (TO ...), made
+ * one of idem_role_tenants(), which reads the table itself for the current
+ * role's rows (src/tenants.c: PUBLIC cannot read the table, and a role
+ * learns only its own tenants).  The policy names the roles of the table (TO ...), made
  * by the table's trigger as for the global reconcilers (pg_dump keeps the
  * table, and a restore that loads the rows makes the policies again), so
  * that for every other role it does not exist and idem_tenant alone stays a
@@ -602,23 +604,17 @@ CREATE TABLE @extschema@.idem_tenant_members (
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid)');
+-- only idem_role_tenants reads it for the other roles, their own rows only
 REVOKE ALL ON TABLE @extschema@.idem_tenant_members FROM PUBLIC;
--- the policies read it with the privileges of whoever reads the records
-GRANT SELECT ON TABLE @extschema@.idem_tenant_members TO PUBLIC;
 
 COMMENT ON TABLE @extschema@.idem_tenant_members IS
     'the tenants each role may work in without idempotency.scope (idem_grant_tenant)';
 
 CREATE FUNCTION @extschema@.idem_role_tenants()
 RETURNS text[]
-LANGUAGE sql STABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
-                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=)
-                       (SELECT a.oid FROM pg_catalog.pg_roles a
-                        WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
-                 ORDER BY m.tenant);
-END;
+-- reads idem_tenant_members itself, the current role's rows only (src/tenants.c)
+AS 'MODULE_PATHNAME', 'idem_role_tenants'
+LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_role_tenants() IS
     'the tenants the current role may work in without idempotency.scope (tenant isolation)';
@@ -759,19 +755,6 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
     'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, its place among the global reconcilers and its tenants';
-
-/*
- * Each role reads only its own rows of idem_tenant_members: the policies and
- * the C check read the table with the privileges of whoever works on the
- * records (idem_role_tenants), so PUBLIC keeps SELECT, but the tenant names
- * allowed to other roles are not its business.  Not forced: the owner, who
- * writes the table through idem_grant_tenant and whose trigger rebuilds the
- * policies from it, sees every row.
- */
-ALTER TABLE @extschema@.idem_tenant_members ENABLE ROW LEVEL SECURITY;
-CREATE POLICY idem_own_tenants ON @extschema@.idem_tenant_members FOR SELECT
-    USING (role::pg_catalog.oid OPERATOR(pg_catalog.=)
-           (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER));
 
 /*
  * Routing for sharded deployments (issue 16): a hash of the scope's tenant

@@ -164,22 +164,54 @@ value_not_string(const char *name)
 			 errhint("Save a header with several values as an array of strings, one per value.")));
 }
 
+/*
+ * A field value is sent again as it was saved, so it must be one that every
+ * server can send: visible ASCII, spaces and tabs (RFC 9110, section 5.5,
+ * without the obsolete bytes above 0x7f, which servers such as Node.js
+ * refuse).  A line break would end the field, and let a value add fields.
+ */
 static void
 check_header_value(const char *name, JsonbValue *value)
 {
 	if (value->type != jbvString)
 		value_not_string(name);
-	/* a line break would end the field when the answer is sent again */
 	for (int i = 0; i < value->val.string.len; i++)
 	{
-		char		c = value->val.string.val[i];
+		unsigned char c = (unsigned char) value->val.string.val[i];
 
 		if (c == '\r' || c == '\n')
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("value of header \"%s\" contains a line break", name),
 					 errdetail("Header values cannot contain CR or LF characters.")));
+		if (c != '\t' && (c < 0x20 || c > 0x7e))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("value of header \"%s\" contains a character that cannot be sent", name),
+					 errdetail("Header values consist of visible ASCII characters, spaces and tabs."),
+					 errhint("Encode other text, for example as RFC 8187 does.")));
 	}
+}
+
+/*
+ * Fields the server writes for each answer it sends: the framing of the body
+ * and the connection's own (RFC 9110, section 7.6.1).  Saved, they would be
+ * sent again beside the server's own and contradict them.
+ */
+static const char *const unsaved_headers[] = {
+	"Connection", "Content-Length", "Keep-Alive", "Proxy-Connection", "TE",
+	"Trailer", "Transfer-Encoding", "Upgrade",
+};
+
+static void
+check_header_name_saved(const char *name)
+{
+	for (size_t i = 0; i < lengthof(unsaved_headers); i++)
+		if (pg_strcasecmp(name, unsaved_headers[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header \"%s\" cannot be saved", name),
+					 errdetail("The server writes it for each answer it sends: Content-Length and Transfer-Encoding frame the body, the others belong to the connection.")));
 }
 
 /* A header's value: a string, or (a header sent several times) an array of them. */
@@ -257,6 +289,7 @@ idem_arg_headers(FunctionCallInfo fcinfo, int argno)
 							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 							 errmsg("invalid header name \"%s\"", name),
 							 errdetail("A header name consists of letters, digits and the characters !#$%%&'*+-.^_`|~.")));
+			check_header_name_saved(name);
 			names[nnames++] = name;
 		}
 		else if (tok == WJB_VALUE)

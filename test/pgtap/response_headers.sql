@@ -98,8 +98,8 @@ SELECT is((SELECT response_headers FROM idem_lookup('rh.u2')), '{"X-Request-Id":
 SELECT is((SELECT token FROM idem_claim('rh.bad', '\xaa'::bytea, '1 hour')), 1::bigint, 'claimed');
 SELECT throws_ok($$SELECT idem_complete('rh.bad', 1, '{}', 200, headers => '["Location", "/x"]')$$,
                  '22023', 'headers must be a JSON object', 'complete: an array is refused');
-SELECT throws_ok($$SELECT idem_complete('rh.bad', 1, '{}', 200, headers => '{"Content-Length": 2}')$$,
-                 '22023', 'value of header "Content-Length" must be a string or an array of strings',
+SELECT throws_ok($$SELECT idem_complete('rh.bad', 1, '{}', 200, headers => '{"X-Count": 2}')$$,
+                 '22023', 'value of header "X-Count" must be a string or an array of strings',
                  'complete: a number is refused');
 SELECT throws_ok($$SELECT idem_fail('rh.bad', 1, '{}', headers => '{"": "x"}')$$,
                  '22023', 'header name must not be empty', 'fail: an empty name is refused');

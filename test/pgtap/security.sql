@@ -75,17 +75,17 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
 SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_role_tenants()'), ('idem_scope_in_tenant(text)')$$,
-                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, '
-                  'and idem_role_tenants, bound at creation and called once per query by the policies');
+                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
+                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
 
 SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
                 'nothing of the extension is writable by PUBLIC');
 SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
                   $$VALUES ('idem_attached_machines'), ('idem_global_reconcilers'), ('idem_machine_moves'),
-                           ('idem_machines'), ('idem_settings'), ('idem_tenant_members'), ('idem_token_epoch')$$,
-                  'PUBLIC may read the machine definitions, the settings, the global reconcilers, the tenant members and the token epoch, nothing else');
+                           ('idem_machines'), ('idem_settings'), ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions, the settings, the global reconcilers and the token epoch, nothing else '
+                  '(a role learns its own tenants from idem_role_tenants)');
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
