@@ -37,6 +37,7 @@
 #include "utils/snapmgr.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_role_tenants);
 
@@ -58,7 +59,7 @@ idem_role_tenants(PG_FUNCTION_ARGS)
 	if (!OidIsValid(relid))
 		elog(ERROR, "table idem_tenant_members of the extension is missing");
 	rel = table_open(relid, AccessShareLock);
-	pkey = RelationGetPrimaryKeyIndex(rel);
+	pkey = idem_primary_key_index(rel);
 	role_att = get_attnum(relid, "role");
 	tenant_att = get_attnum(relid, "tenant");
 	if (!OidIsValid(pkey) || role_att != 1 || tenant_att == InvalidAttrNumber)

@@ -40,6 +40,37 @@
 PG_FUNCTION_INFO_V1(idem_copy_function_grants);
 
 /*
+ * Run the GRANT statements as if no extension script were running, so that
+ * they are not recorded as initial privileges (see the file's comment).  On
+ * its own, so that nothing the caller changed is live across the longjmp.
+ */
+static void
+run_outside_script(List *grants)
+{
+	bool		saved_creating_extension = creating_extension;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PG_TRY();
+	{
+		ListCell   *lc;
+
+		creating_extension = false;
+		foreach(lc, grants)
+		{
+			if (SPI_execute((const char *) lfirst(lc), false, 0) != SPI_OK_UTILITY)
+				elog(ERROR, "could not run \"%s\"", (const char *) lfirst(lc));
+		}
+	}
+	PG_FINALLY();
+	{
+		creating_extension = saved_creating_extension;
+	}
+	PG_END_TRY();
+	SPI_finish();
+}
+
+/*
  * idem_copy_function_grants(from regprocedure, to regprocedure): grant on
  * "to" the EXECUTE privileges that roles other than the owner of "from"
  * hold on it (with their grant options).  The grantor is the owner, as for
@@ -61,8 +92,6 @@ idem_copy_function_grants(PG_FUNCTION_ARGS)
 	bool		typbyval;
 	char		typalign;
 	List	   *grants = NIL;
-	ListCell   *lc;
-	bool		saved_creating_extension = creating_extension;
 
 	if (!creating_extension || !superuser())
 		ereport(ERROR,
@@ -95,23 +124,6 @@ idem_copy_function_grants(PG_FUNCTION_ARGS)
 								  " WITH GRANT OPTION" : ""));
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PG_TRY();
-	{
-		/* not initial privileges of the extension: see the file's comment */
-		creating_extension = false;
-		foreach(lc, grants)
-		{
-			if (SPI_execute((const char *) lfirst(lc), false, 0) != SPI_OK_UTILITY)
-				elog(ERROR, "could not run \"%s\"", (const char *) lfirst(lc));
-		}
-	}
-	PG_FINALLY();
-	{
-		creating_extension = saved_creating_extension;
-	}
-	PG_END_TRY();
-	SPI_finish();
+	run_outside_script(grants);
 	PG_RETURN_VOID();
 }
