@@ -211,6 +211,8 @@ def chaos(name, url, db, ok, post, settle, final, stats):
     # settle: unknown payments reconciled, every key to a final answer
     settle(url + "/orders", {k: answers[k] for k in okeys}, obody)
     settle(url + "/payments", {k: answers[k] for k in pkeys}, pbody, until=(201, 402, 422, 202))
+    # the reconciler takes unknown payments once RECONCILE_AFTER seconds old
+    time.sleep(float(os.environ.get("RECONCILE_AFTER", "30")) + 0.5)
     retry = set()
     for _ in range(2):
         rec = post(url + "/reconcile", {}, tenant=None)

@@ -42,8 +42,10 @@ database would not:
    later.  So every entry expires before its record does: the cache never
    answers for a key that the database has forgotten (and would claim as
    new, possibly for another request).  A record deleted by hand before its
-   expiry is still answered from the cache for at most IDEM_CACHE_TTL;
-   delete the entry too, or keep the TTL short.
+   expiry is still answered from the cache for at most IDEM_CACHE_TTL, and
+   so are a tenant's replays after idem_revoke_tenant took the tenant from
+   the service's role (a hit never asks the database); delete the entries
+   too (FLUSHALL), or keep the TTL short.
 
 4. Redis failures (refused, timeout, a reset, a garbled entry) bypass the
    cache: the request goes to the database.  Socket timeouts are short
