@@ -9,8 +9,8 @@ IDEM_HOST_PG_MAJOR=15
 # idem_packages MAJOR: the Debian packages the build and the tests need.
 idem_packages() {
     echo "make gcc postgresql-$1 postgresql-server-dev-$1 postgresql-$1-repack" \
-        "postgresql-$1-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
-        "pgbouncer python3"
+        "postgresql-$1-pgtap postgresql-$1-plproxy libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
+        "pgbouncer python3 python3-psycopg"
 }
 IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
