@@ -1,7 +1,13 @@
 # idempotency: PGXS build.  The README's commands (test/demo, test/run) install
 # what the build needs first; `include $(PGXS)` fails without pg_config.
 
-EXTENSION = idempotency
+# Two extensions: idempotency (the library and its SQL, on every server that
+# holds records) and idempotency_router (SQL only, for the PL/Proxy proxy
+# database of a sharded deployment; README "Scaling out").  PGXS installs
+# each one's control file; their scripts are in DATA.
+MAIN = idempotency
+ROUTER = idempotency_router
+EXTENSION = $(MAIN) $(ROUTER)
 EXTVERSION = 0.2.0
 
 MODULE_big = idempotency
@@ -14,19 +20,20 @@ HEADERS = src/idempotency.h
 # install and an updated one cannot drift apart (test/t/009_upgrade.pl compares
 # their catalogs and checks that an update keeps the data; sql/upgrade_chain.sql
 # walks the chain).
-UPGRADE_CHAIN = sql/$(EXTENSION)--0.1.0.sql sql/$(EXTENSION)--0.1.0--0.2.0.sql
-DATA = $(UPGRADE_CHAIN)
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+UPGRADE_CHAIN = sql/$(MAIN)--0.1.0.sql sql/$(MAIN)--0.1.0--0.2.0.sql
+DATA = $(UPGRADE_CHAIN) sql/$(ROUTER)--$(EXTVERSION).sql
+DATA_built = sql/$(MAIN)--$(EXTVERSION).sql
 
 # Tests are found by wildcard: adding a file is enough.
-#   sql/*.sql + expected/*.out          pg_regress (the SQL surface and errors)
+#   sql/*.sql + expected/*.out          pg_regress (the SQL surface and errors;
+#                                       not the extensions' scripts)
 #   test/specs/*.spec + test/expected   isolation (races)
 #   test/t/*.pl                         TAP (crashes, restarts, standbys)
 #   test/pgtap/*.sql                    pgTAP, run by pg_prove (see test/run)
-REGRESS = $(filter-out $(EXTENSION)--%,$(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
-REGRESS_OPTS = --load-extension=$(EXTENSION)
+REGRESS = $(filter-out $(MAIN)--% $(ROUTER)--%,$(patsubst sql/%.sql,%,$(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=$(MAIN)
 ISOLATION = $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec))
-ISOLATION_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+ISOLATION_OPTS = --inputdir=test --load-extension=$(MAIN)
 TAP_TESTS = 1
 PROVE_TESTS = $(wildcard test/t/*.pl)
 
@@ -53,7 +60,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
+sql/$(MAIN)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
 	cat $^ > $@
 
 # Every module includes the one shared header; the version guards are in

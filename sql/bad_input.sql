@@ -235,8 +235,9 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
 SELECT pg_temp.written();
 
 --
--- idem_complete(key, token, result, response_code, scope)
--- NULL result and response_code are stored as NULL.
+-- idem_complete(key, token, result, response_code, scope, headers)
+-- NULL result, response_code and headers are stored as NULL.  headers must
+-- be an object of header names (HTTP tokens) to strings or arrays of them.
 --
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('key NULL',                  $$SELECT idem_complete(NULL, 1)$$,                               '22004'),
@@ -257,12 +258,35 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('hostile unknown key',       $$SELECT idem_complete('bi"; DROP TABLE bi_orders; --', 1)$$,    'IK004'),
     ('succeeded, other result',   $$SELECT idem_complete('bi-done', 1, '{"ok": false}', 200)$$,    'IK003'),
     ('failed',                    $$SELECT idem_complete('bi-failed', 1)$$,                        'IK003'),
-    ('unknown',                   $$SELECT idem_complete('bi-unknown', 1)$$,                       'IK003')
+    ('unknown',                   $$SELECT idem_complete('bi-unknown', 1)$$,                       'IK003'),
+    ('headers an array',          $$SELECT idem_complete('bi-proc', 1, headers => '["Location"]')$$, '22023'),
+    ('headers a string',          $$SELECT idem_complete('bi-proc', 1, headers => '"Location: /x"')$$, '22023'),
+    ('headers JSON null',         $$SELECT idem_complete('bi-proc', 1, headers => 'null')$$,       '22023'),
+    ('header value a number',     $$SELECT idem_complete('bi-proc', 1, headers => '{"Location": 2}')$$, '22023'),
+    ('header value null',         $$SELECT idem_complete('bi-proc', 1, headers => '{"Location": null}')$$, '22023'),
+    ('header value an object',    $$SELECT idem_complete('bi-proc', 1, headers => '{"Location": {"a": "b"}}')$$, '22023'),
+    ('header name empty',         $$SELECT idem_complete('bi-proc', 1, headers => '{"": "x"}')$$,  '22023'),
+    ('header name with a space',  $$SELECT idem_complete('bi-proc', 1, headers => '{"X Id": "x"}')$$, '22023'),
+    ('header name with a colon',  $$SELECT idem_complete('bi-proc', 1, headers => '{"Location:": "x"}')$$, '22023'),
+    ('header name not ASCII',     $$SELECT idem_complete('bi-proc', 1, headers => '{"Lócation": "x"}')$$, '22023'),
+    ('header array, a number',    $$SELECT idem_complete('bi-proc', 1, headers => '{"Vary": ["Accept", 1]}')$$, '22023'),
+    ('header array, an array',    $$SELECT idem_complete('bi-proc', 1, headers => '{"Vary": [["Accept"]]}')$$, '22023'),
+    ('header value with CR LF',   $$SELECT idem_complete('bi-proc', 1, headers => '{"Location": "/x\r\nSet-Cookie: a=1"}')$$, '22023'),
+    ('header value with LF',      $$SELECT idem_complete('bi-proc', 1, headers => '{"Vary": ["a", "b\nc"]}')$$, '22023'),
+    ('header value, a control',   $$SELECT idem_complete('bi-proc', 1, headers => '{"X-Id": "a\u0001b"}')$$, '22023'),
+    ('header value with DEL',     $$SELECT idem_complete('bi-proc', 1, headers => '{"X-Id": "a\u007fb"}')$$, '22023'),
+    ('header value not ASCII',    $$SELECT idem_complete('bi-proc', 1, headers => '{"X-Note": "5 €"}')$$, '22023'),
+    ('header Content-Length',     $$SELECT idem_complete('bi-proc', 1, headers => '{"Content-Length": "2"}')$$, '22023'),
+    ('header transfer-encoding',  $$SELECT idem_complete('bi-proc', 1, headers => '{"transfer-encoding": "chunked"}')$$, '22023'),
+    ('header Connection',         $$SELECT idem_complete('bi-proc', 1, headers => '{"Connection": "close"}')$$, '22023'),
+    ('header name twice (case)',  $$SELECT idem_complete('bi-proc', 1, headers => '{"Location": "/a", "location": "/b"}')$$, '22023'),
+    ('headers, stale token',      $$SELECT idem_complete('bi-proc', 2, headers => '{"Location": "/x"}')$$, 'IK002'),
+    ('succeeded, other headers',  $$SELECT idem_complete('bi-done', 1, '{"ok": true}', 200, headers => '{"A": "b"}')$$, 'IK003')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 
 --
--- idem_fail(key, token, error, retryable, scope, response_code)
+-- idem_fail(key, token, error, retryable, scope, response_code, headers)
 --
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('key NULL',                $$SELECT idem_fail(NULL, 1, '{}')$$,                                '22004'),
@@ -280,7 +304,12 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('token after release',     $$SELECT idem_fail('bi-released', 2, '{}')$$,                       'IK002'),
     ('unknown key',             $$SELECT idem_fail('bi-missing', 1, '{}')$$,                        'IK004'),
     ('succeeded',               $$SELECT idem_fail('bi-done', 1, '{}')$$,                           'IK003'),
-    ('failed, other error',     $$SELECT idem_fail('bi-failed', 1, '{}', retryable => false)$$,     'IK003')
+    ('failed, other error',     $$SELECT idem_fail('bi-failed', 1, '{}', retryable => false)$$,     'IK003'),
+    ('headers an array',        $$SELECT idem_fail('bi-proc', 1, '{}', headers => '[]')$$,          '22023'),
+    ('header value a number',   $$SELECT idem_fail('bi-proc', 1, '{}', headers => '{"Retry-After": 120}')$$, '22023'),
+    ('header value true',       $$SELECT idem_fail('bi-proc', 1, '{}', headers => '{"X-Done": true}')$$, '22023'),
+    ('header name empty',       $$SELECT idem_fail('bi-proc', 1, '{}', headers => '{"": ["x"]}')$$, '22023'),
+    ('header array, a null',    $$SELECT idem_fail('bi-proc', 1, '{}', headers => '{"Vary": ["a", null]}')$$, '22023')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 
@@ -351,7 +380,7 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
 SELECT pg_temp.written();
 
 --
--- idem_resolve(key, status, result, response_code, scope, retryable)
+-- idem_resolve(key, status, result, response_code, scope, retryable, headers)
 --
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('key NULL',                 $$SELECT idem_resolve(NULL, 'succeeded')$$,                         '22004'),
@@ -370,7 +399,11 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('unknown key',              $$SELECT idem_resolve('bi-missing', 'failed')$$,                    'IK004'),
     ('processing',               $$SELECT idem_resolve('bi-proc', 'failed')$$,                       'IK003'),
     ('succeeded',                $$SELECT idem_resolve('bi-done', 'failed')$$,                       'IK003'),
-    ('released',                 $$SELECT idem_resolve('bi-released', 'failed')$$,                   'IK003')
+    ('released',                 $$SELECT idem_resolve('bi-released', 'failed')$$,                   'IK003'),
+    ('headers a number',         $$SELECT idem_resolve('bi-unknown', 'succeeded', headers => '201')$$, '22023'),
+    ('header value a number',    $$SELECT idem_resolve('bi-unknown', 'succeeded', headers => '{"Location": 7}')$$, '22023'),
+    ('header name empty',        $$SELECT idem_resolve('bi-unknown', 'failed', headers => '{"": "x"}')$$, '22023'),
+    ('header array, an object',  $$SELECT idem_resolve('bi-unknown', 'failed', headers => '{"Vary": [{}]}')$$, '22023')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 

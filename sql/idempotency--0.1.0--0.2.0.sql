@@ -579,7 +579,9 @@ COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
  *
  * A second permissive policy, idem_tenant_members, on the three tables
  * accepts a row when its scope's (an inbox row: its consumer's) first part is
- * one of idem_role_tenants().  It names the roles of the table (TO ...), made
+ * one of idem_role_tenants(), which reads the table itself for the current
+ * role's rows (src/tenants.c: PUBLIC cannot read the table, and a role
+ * learns only its own tenants).  The policy names the roles of the table (TO ...), made
  * by the table's trigger as for the global reconcilers (pg_dump keeps the
  * table, and a restore that loads the rows makes the policies again), so
  * that for every other role it does not exist and idem_tenant alone stays a
@@ -602,23 +604,19 @@ CREATE TABLE @extschema@.idem_tenant_members (
 );
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_tenant_members',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles a WHERE a.oid OPERATOR(pg_catalog.=) role::pg_catalog.oid)');
-REVOKE ALL ON TABLE @extschema@.idem_tenant_members FROM PUBLIC;
--- the policies read it with the privileges of whoever reads the records
-GRANT SELECT ON TABLE @extschema@.idem_tenant_members TO PUBLIC;
+-- No privilege for PUBLIC (a table's default, left as it is: an explicit
+-- REVOKE would only write the owner's default privileges into relacl, which
+-- pg_upgrade does not carry): idem_role_tenants reads it for the other
+-- roles, their own rows only.
 
 COMMENT ON TABLE @extschema@.idem_tenant_members IS
     'the tenants each role may work in without idempotency.scope (idem_grant_tenant)';
 
 CREATE FUNCTION @extschema@.idem_role_tenants()
 RETURNS text[]
-LANGUAGE sql STABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
-                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=)
-                       (SELECT a.oid FROM pg_catalog.pg_roles a
-                        WHERE a.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
-                 ORDER BY m.tenant);
-END;
+-- reads idem_tenant_members itself, the current role's rows only (src/tenants.c)
+AS 'MODULE_PATHNAME', 'idem_role_tenants'
+LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.idem_role_tenants() IS
     'the tenants the current role may work in without idempotency.scope (tenant isolation)';
@@ -759,6 +757,114 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
     'revoke every privilege on the extension''s objects (and its schema) that idem_grant gave a role, its place among the global reconcilers and its tenants';
+
+/*
+ * Routing for sharded deployments (issue 16): a hash of the scope's tenant
+ * part that every server computes alike (src/route.c).
+ */
+CREATE FUNCTION @extschema@.idem_route_hash(scope text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_route_hash'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_route_hash(text) IS
+    'the shard hash of a scope: the first 4 bytes of SHA-256 of its tenant part (before the first "/"), big-endian int4';
+
+/*
+ * Response headers (issue 14, "From an HTTP API"): idem_complete, idem_fail
+ * and idem_resolve save the answer's headers with its status and body, and
+ * a replay gives them back (the claim's row, idem_lookup, idem_await).  A
+ * JSON object of header names to a string or an array of strings; the C
+ * code checks it (src/validation.c).  The column has no default, so adding
+ * it rewrites nothing; it comes last, in the table's row type too, which
+ * idem_lookup and idem_await return.  The library still serves 0.1.0's
+ * table and functions without it.  A takeover clears it with the other
+ * outcome columns (STMT_TAKEOVER in src/record_store.c).
+ */
+ALTER TABLE @extschema@.idempotency_records ADD COLUMN response_headers jsonb;
+
+COMMENT ON COLUMN @extschema@.idempotency_records.response_headers IS
+    'the saved answer''s headers: {"Name": "value" or ["value", ...]}, or NULL';
+
+ALTER TYPE @extschema@.idem_claim_result ADD ATTRIBUTE response_headers jsonb;
+
+/*
+ * A new argument list is a new function: each function is made anew beside
+ * the old one, given the old one's grants, and the old one dropped (an
+ * overload with a default would make idem_complete('k', 1) ambiguous).  The
+ * grants are copied by the C helper, so that they stay grants rather than
+ * become initial privileges of the extension, which pg_dump would leave
+ * out (src/upgrade.c); the helper lives only in this script.  PUBLIC has
+ * none, as in 0.1.0.
+ */
+CREATE FUNCTION @extschema@.idem_copy_function_grants(from_function regprocedure,
+                                                      to_function regprocedure)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_copy_function_grants'
+LANGUAGE C STRICT;
+
+CREATE FUNCTION @extschema@.idem_complete(
+    key text,
+    token bigint,
+    result jsonb DEFAULT NULL,
+    response_code integer DEFAULT NULL,
+    scope text DEFAULT '',
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.idem_fail(
+    key text,
+    token bigint,
+    error jsonb,
+    retryable boolean DEFAULT true,
+    scope text DEFAULT '',
+    response_code integer DEFAULT NULL,
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE;
+
+CREATE FUNCTION @extschema@.idem_resolve(
+    key text,
+    status @extschema@.idem_status,
+    result jsonb DEFAULT NULL,
+    response_code integer DEFAULT NULL,
+    scope text DEFAULT '',
+    retryable boolean DEFAULT false,
+    headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_resolve'
+LANGUAGE C VOLATILE;
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb),
+    @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb),
+    @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb)
+FROM PUBLIC;
+
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_complete(text, bigint, jsonb, integer, text)',
+    '@extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb)');
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer)',
+    '@extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb)');
+SELECT @extschema@.idem_copy_function_grants(
+    '@extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean)',
+    '@extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb)');
+
+DROP FUNCTION @extschema@.idem_copy_function_grants(regprocedure, regprocedure);
+DROP FUNCTION @extschema@.idem_complete(text, bigint, jsonb, integer, text);
+DROP FUNCTION @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer);
+DROP FUNCTION @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean);
+
+COMMENT ON FUNCTION @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb) IS
+    'the owner saves the outcome: result, response code and headers (fencing token checked)';
+COMMENT ON FUNCTION @extschema@.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb) IS
+    'the owner saves a failure: error, retryable, response code and headers (fencing token checked)';
+COMMENT ON FUNCTION @extschema@.idem_resolve(text, @extschema@.idem_status, jsonb, integer, text, boolean, jsonb) IS
+    'settle an unknown outcome after reconciliation: succeeded or failed, with the answer''s code and headers';
 
 /*
  * The transactional outbox (issue 15).  A message is a row committed with
@@ -1463,7 +1569,11 @@ BEGIN
 END
 $isolate$;
 
-/* idem_grant, with the outbox kinds emitter and relay (issue 15). */
+/*
+ * idem_grant with the new argument lists of idem_complete, idem_fail and
+ * idem_resolve, the global reconciler's UPDATE on response_headers
+ * (idem_resolve sets it), and the outbox kinds emitter and relay (issue 15).
+ */
 CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1487,8 +1597,8 @@ BEGIN
     CASE kind
     WHEN 'client' THEN
         functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
-                            '%1$s.idem_complete(text, bigint, jsonb, integer, text), '
-                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text, jsonb), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb), '
                             '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
                             '%1$s.idem_release(text, bigint, text), '
                             '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
@@ -1496,18 +1606,18 @@ BEGIN
         tables := format('%s.idempotency_records', s);
         privileges := 'SELECT, INSERT, UPDATE, DELETE';
     WHEN 'reconciler' THEN
-        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
                             '%1$s.idem_lookup(text, text)', s);
         tables := format('%s.idempotency_records', s);
         privileges := 'SELECT, UPDATE';
         EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_outbox TO %2$s', s, grantee);
     WHEN 'global_reconciler' THEN
-        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
                             '%1$s.idem_lookup(text, text)', s);
         tables := format('%s.idempotency_records', s);
         -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
-        privileges := 'SELECT, UPDATE (status, result, error, response_code, retryable, '
-                      'completed_at, updated_at, expires_at)';
+        privileges := 'SELECT, UPDATE (status, result, error, response_code, response_headers, '
+                      'retryable, completed_at, updated_at, expires_at)';
         EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox TO %2$s',
                        s, grantee);
         EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '

@@ -19,7 +19,7 @@ SELECT idem_grant('client', 'regress_shape');
 REVOKE SELECT ON idempotency_records FROM regress_shape;
 GRANT SELECT (scope, key, fingerprint, token, lease_expires_at, created_at, updated_at,
               completed_at, expires_at, purge_after, status, attempts, response_code,
-              retryable, recovery_point, result, error)
+              retryable, recovery_point, result, error, response_headers)
     ON idempotency_records TO regress_shape;
 
 \set ON_ERROR_ROLLBACK on

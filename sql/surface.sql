@@ -46,6 +46,15 @@ LEFT JOIN pg_collation co ON co.oid = a.attcollation
 WHERE a.attrelid = 'idempotency_records'::regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum;
 
+-- The claim's row: the saved outcome, headers last (0.2.0).
+SELECT a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_attribute a
+WHERE a.attrelid = 'idem_claim_result'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+SELECT col_description('idempotency_records'::regclass, a.attnum) AS response_headers_comment
+FROM pg_attribute a
+WHERE a.attrelid = 'idempotency_records'::regclass AND a.attname = 'response_headers';
+
 SELECT relkind, relpersistence, reloptions, relrowsecurity, relhastriggers,
        obj_description(oid, 'pg_class') AS comment
 FROM pg_class WHERE oid = 'idempotency_records'::regclass;

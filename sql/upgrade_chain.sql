@@ -15,6 +15,22 @@ SELECT to_regprocedure('idem_version()') IS NULL AS no_idem_version;
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'idempotency_records'::regclass AND NOT tgisinternal ORDER BY 1;
 -- the new library serves it, and says once that it is older
 SELECT outcome, token FROM idem_claim('chain', '\x01', '1 hour');
+-- a column added and dropped again under 0.1.0 leaves a dropped attribute,
+-- after which the update adds response_headers
+ALTER TABLE idempotency_records ADD COLUMN note text;
+ALTER TABLE idempotency_records DROP COLUMN note;
+-- 0.1.0's functions have no headers, its table and claim row no column for
+-- them: the library completes and replays without
+SELECT pg_get_function_arguments('idem_complete'::regproc);
+SELECT idem_complete('chain-done', (SELECT token FROM idem_claim('chain-done', '\x02', '1 hour')),
+                     '{"id": 1}', 201);
+SELECT outcome, response_code, result, to_jsonb(c) ? 'response_headers' AS has_headers
+  FROM idem_claim('chain-done', '\x02') c;
+SELECT key, status, response_code, result FROM idem_lookup('chain-done');
+SELECT idem_fail('chain-failed', (SELECT token FROM idem_claim('chain-failed', '\x03', '1 hour')),
+                 '{"reason": "declined"}', false, '', 402);
+SELECT outcome, response_code, error FROM idem_claim('chain-failed', '\x03');
+SELECT outcome, token FROM idem_claim('chain-open', '\x04', '1 hour');
 
 ALTER EXTENSION idempotency UPDATE TO '0.2.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
@@ -23,8 +39,20 @@ SELECT sql_version, library_version, build_id <> '' AS has_build_id,
 FROM idem_version();
 -- ENABLE ALWAYS (A): they fire with session_replication_role = replica too
 SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'idempotency_records'::regclass AND NOT tgisinternal ORDER BY 1;
+-- the headers: the last attribute of the claim's row, and a column after the
+-- dropped attribute; the same session completes and replays with them
+SELECT pg_get_function_arguments('idem_complete'::regproc);
+SELECT attnum, attname FROM pg_attribute
+ WHERE attrelid = 'idempotency_records'::regclass AND attnum > 17 ORDER BY attnum;
+SELECT outcome, response_code, result, to_jsonb(c) ? 'response_headers' AS has_headers, response_headers
+  FROM idem_claim('chain-done', '\x02') c;
+SELECT idem_complete('chain-open', 1, '{"id": 2}', 201,
+                     headers => '{"Location": "/orders/2", "X-Request-Id": "r-2"}');
+SELECT outcome, response_code, result, response_headers FROM idem_claim('chain-open', '\x04');
+SELECT key, response_headers FROM idem_lookup('chain-open');
+SELECT key, response_headers FROM idem_await('chain-open', '', '0 s');
 -- the record of 0.1.0 is kept, and its deletion now moves the epoch
-SELECT key, token, status FROM idempotency_records;
+SELECT key, token, status FROM idempotency_records WHERE key = 'chain';
 DELETE FROM idempotency_records WHERE key = 'chain';
 SELECT outcome, token FROM idem_claim('chain', '\x01', '1 hour');
 

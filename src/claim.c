@@ -41,6 +41,7 @@
 #include "utils/guc.h"
 #include "utils/rls.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "idempotency.h"
 
@@ -65,7 +66,10 @@ static const char *const outcome_names[] = {
 	"new", "replay", "in_progress", "takeover", "unknown"
 };
 
-/* Columns of the claim's result row (its OUT parameters). */
+/*
+ * Attributes of the claim's result row, the type idem_claim_result; 0.1.0's
+ * type lacks the last (0.2.0 added it with ALTER TYPE ... ADD ATTRIBUTE).
+ */
 enum
 {
 	OUT_OUTCOME,
@@ -78,6 +82,7 @@ enum
 	OUT_LEASE_EXPIRES_AT,
 	OUT_ATTEMPTS,
 	OUT_EXPIRES_AT,
+	OUT_RESPONSE_HEADERS,
 	NUM_OUT_COLUMNS
 };
 
@@ -196,24 +201,36 @@ takeover_expiry(IdemRecord *rec, bool retention_given, int64 retention_us)
 
 /*
  * The result row's descriptor, built once per backend: building it from the
- * function's OUT parameters on every call costs a catalog lookup and a
- * descriptor per claim.  It depends only on the function's declaration, so
- * a different function OID (a re-created extension) builds it again.
+ * function's declaration on every call costs a catalog lookup and a
+ * descriptor per claim.  It depends on the function (a different OID, a
+ * re-created extension, builds it again) and on its row type, which ALTER
+ * EXTENSION UPDATE to 0.2.0 gives an attribute: the type cache's identifier
+ * of the type's descriptor tells (a hash lookup).  *natts: 0.1.0's count or
+ * NUM_OUT_COLUMNS.
  */
 static TupleDesc
-claim_result_desc(FunctionCallInfo fcinfo)
+claim_result_desc(FunctionCallInfo fcinfo, int *natts)
 {
 	static TupleDesc desc = NULL;
 	static Oid	desc_fn_oid = InvalidOid;
+	static uint64 desc_identifier = 0;
 	TupleDesc	tupdesc;
+	TypeCacheEntry *type;
 	MemoryContext old;
 
 	if (desc != NULL && desc_fn_oid == fcinfo->flinfo->fn_oid)
-		return desc;
+	{
+		type = lookup_type_cache(desc->tdtypeid, TYPECACHE_TUPDESC);
+		if (type->tupDesc_identifier == desc_identifier)
+		{
+			*natts = desc->natts;
+			return desc;
+		}
+	}
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != NUM_OUT_COLUMNS)
+	if (tupdesc->natts != NUM_OUT_COLUMNS && tupdesc->natts != OUT_RESPONSE_HEADERS)
 		elog(ERROR, "idem_claim must return %d columns", NUM_OUT_COLUMNS);
 
 	old = MemoryContextSwitchTo(TopMemoryContext);
@@ -221,7 +238,10 @@ claim_result_desc(FunctionCallInfo fcinfo)
 		FreeTupleDesc(desc);
 	desc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
 	desc_fn_oid = fcinfo->flinfo->fn_oid;
+	type = lookup_type_cache(desc->tdtypeid, TYPECACHE_TUPDESC);
+	desc_identifier = type->tupDesc_identifier;
 	MemoryContextSwitchTo(old);
+	*natts = desc->natts;
 	return desc;
 }
 
@@ -233,6 +253,7 @@ static Datum
 claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
 {
 	TupleDesc	tupdesc;
+	int			natts;
 	Datum		values[NUM_OUT_COLUMNS];
 	bool		nulls[NUM_OUT_COLUMNS];
 	static const struct
@@ -248,9 +269,10 @@ claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
 		{OUT_LEASE_EXPIRES_AT, COL_LEASE_EXPIRES_AT},
 		{OUT_ATTEMPTS, COL_ATTEMPTS},
 		{OUT_EXPIRES_AT, COL_EXPIRES_AT},
+		{OUT_RESPONSE_HEADERS, COL_RESPONSE_HEADERS},
 	};
 
-	tupdesc = claim_result_desc(fcinfo);
+	tupdesc = claim_result_desc(fcinfo, &natts);
 
 	memset(nulls, true, sizeof(nulls));
 	values[OUT_OUTCOME] = CStringGetTextDatum(outcome_names[outcome]);
@@ -260,6 +282,9 @@ claim_result(FunctionCallInfo fcinfo, ClaimOutcome outcome, IdemRecord *rec)
 	{
 		for (size_t i = 0; i < lengthof(copied); i++)
 		{
+			if (copied[i].out >= natts)
+				continue;
+
 			values[copied[i].out] = rec->values[copied[i].col];
 			nulls[copied[i].out] = rec->nulls[copied[i].col];
 		}

@@ -16,6 +16,13 @@
  * that a GRANT on the schema (which invalidates it too) costs a reload here
  * but no statement is prepared again.
  *
+ * The attribute number of the records' response_headers is kept too: it is
+ * 0 in a database still on 0.1.0, whose table lacks the column, until ALTER
+ * EXTENSION UPDATE adds it.  That ALTER TABLE invalidates the table's
+ * relcache entry, and so do ANALYZE, VACUUM and GRANTs on it: each costs a
+ * reload, which finds the same objects and keeps the generation unless the
+ * column came or went.
+ *
  * Only OIDs that stay the same for the life of the objects are kept here:
  * those of tables, the sequence, the type and the function.  Index OIDs are
  * not: REINDEX CONCURRENTLY replaces an index by a new one with a new OID.
@@ -44,6 +51,14 @@ static bool objects_valid = false;
 static bool version_valid = false;
 static uint32 namespace_hash;
 static uint32 status_type_hash;
+
+/* The records table changed (ALTER TABLE ... ADD COLUMN of an update). */
+static void
+records_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == objects.records)
+		objects_valid = false;
+}
 
 static void
 objects_invalidate(Datum arg, int cacheid, uint32 hashvalue)
@@ -91,6 +106,7 @@ objects_load(Oid fn_oid)
 		CacheRegisterSyscacheCallback(NAMESPACEOID, objects_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(TYPEOID, objects_invalidate, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, version_invalidate, (Datum) 0);
+		CacheRegisterRelcacheCallback(records_invalidate, (Datum) 0);
 		callbacks_registered = true;
 	}
 
@@ -104,6 +120,8 @@ objects_load(Oid fn_oid)
 	loaded.namespace = nsp;
 	namestrcpy(&loaded.namespace_name, get_namespace_name(nsp));
 	loaded.records = relation_in(nsp, "idempotency_records");
+	/* a dropped column has another name; 0 when missing (0.1.0) */
+	loaded.records_headers = get_attnum(loaded.records, "response_headers");
 	loaded.machines = relation_in(nsp, "idem_machines");
 	loaded.moves = relation_in(nsp, "idem_machine_moves");
 	loaded.inbox = relation_in(nsp, "idem_inbox");

@@ -75,8 +75,9 @@ sha256_pieces(const HashPiece *pieces, int npieces)
 	return digest;
 }
 
-static bytea *
-sha256_of(const char *data, size_t len)
+/* The SHA-256 digest of len bytes at data (also for src/route.c). */
+bytea *
+idem_sha256(const char *data, size_t len)
 {
 	HashPiece	piece = {data, len};
 
@@ -91,7 +92,7 @@ idem_fingerprint_jsonb(PG_FUNCTION_ARGS)
 
 	initStringInfo(&canonical);
 	JsonbToCString(&canonical, &request->root, VARSIZE(request));
-	PG_RETURN_BYTEA_P(sha256_of(canonical.data, canonical.len));
+	PG_RETURN_BYTEA_P(idem_sha256(canonical.data, canonical.len));
 }
 
 Datum
@@ -99,7 +100,7 @@ idem_fingerprint_text(PG_FUNCTION_ARGS)
 {
 	text	   *request = PG_GETARG_TEXT_PP(0);
 
-	PG_RETURN_BYTEA_P(sha256_of(VARDATA_ANY(request), VARSIZE_ANY_EXHDR(request)));
+	PG_RETURN_BYTEA_P(idem_sha256(VARDATA_ANY(request), VARSIZE_ANY_EXHDR(request)));
 }
 
 Datum
@@ -107,7 +108,7 @@ idem_fingerprint_bytea(PG_FUNCTION_ARGS)
 {
 	bytea	   *request = PG_GETARG_BYTEA_PP(0);
 
-	PG_RETURN_BYTEA_P(sha256_of(VARDATA_ANY(request), VARSIZE_ANY_EXHDR(request)));
+	PG_RETURN_BYTEA_P(idem_sha256(VARDATA_ANY(request), VARSIZE_ANY_EXHDR(request)));
 }
 
 /*

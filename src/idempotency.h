@@ -15,6 +15,7 @@
 
 #include "postgres.h"
 
+#include "access/attnum.h"
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -56,8 +57,12 @@ extern const char *const idem_status_names[IDEM_NUM_STATUSES];
 
 /*
  * Columns of idempotency_records, in table order.  Every statement of
- * record_store.c returns exactly these columns in this order, so a result row
- * is also a valid idempotency_records tuple.
+ * record_store.c returns exactly these columns in this order.  The first
+ * IDEM_BASE_COLUMNS are 0.1.0's, at attribute numbers 1 to 17; 0.2.0 added
+ * response_headers with ALTER TABLE, so it comes after them (after any
+ * attribute dropped before the update, too) and may be missing: the library
+ * still serves 0.1.0's table, whose records then read it as NULL (see
+ * IdemObjects.records_headers).
  */
 typedef enum IdemColumn
 {
@@ -78,8 +83,11 @@ typedef enum IdemColumn
 	COL_RECOVERY_POINT,
 	COL_RESULT,
 	COL_ERROR,
+	COL_RESPONSE_HEADERS,		/* 0.2.0; attribute records_headers */
 	IDEM_NUM_COLUMNS
 } IdemColumn;
+
+#define IDEM_BASE_COLUMNS COL_RESPONSE_HEADERS
 
 /* One record as read back from the table; by-reference values are copied. */
 typedef struct IdemRecord
@@ -128,6 +136,7 @@ typedef struct IdemObjects
 	NameData	namespace_name; /* its name, which the statements embed */
 	/* tables; their indexes are found from their relcache entries */
 	Oid			records;		/* idempotency_records */
+	AttrNumber	records_headers;	/* its response_headers (0.2.0), or 0 */
 	Oid			machines;		/* idem_machines */
 	Oid			moves;			/* idem_machine_moves */
 	Oid			inbox;			/* idem_inbox */
@@ -174,7 +183,7 @@ typedef enum IdemTenantCheck
 extern IdemTenantCheck idem_store_tenant_check(Oid heap, text *key1);
 extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
 extern Oid	idem_primary_key(Relation heap);
-extern void idem_check_record_shape(TupleDesc desc);
+extern AttrNumber idem_check_record_shape(TupleDesc desc);
 extern void idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec);
 extern void idem_store_retire_plan(SPIPlanPtr plan);
 extern uint64 idem_store_processed(void);
@@ -273,6 +282,7 @@ extern TimestampTz idem_retention_expiry(FunctionCallInfo fcinfo, int argno,
 extern bytea *idem_arg_fingerprint(FunctionCallInfo fcinfo, int argno);
 extern int64 idem_arg_token(FunctionCallInfo fcinfo, int argno);
 extern void idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *name);
+extern Datum idem_arg_headers(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz idem_add_interval(TimestampTz base, Interval *span,
 									 const char *name);
 
@@ -293,6 +303,9 @@ typedef struct IdemRemovalReuse
 extern void idem_removal_reuse_begin(IdemRemovalReuse *saved, text *scope, text *key,
 									 int64 token);
 extern void idem_removal_reuse_end(const IdemRemovalReuse *saved);
+
+/* fingerprint.c */
+extern bytea *idem_sha256(const char *data, size_t len);
 
 /* version.c: false when it could not check (in an extension script) */
 extern bool idem_version_check(Oid fn_oid);

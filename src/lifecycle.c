@@ -18,6 +18,10 @@
  * the authoritative system; it needs no token, since the owner that marked
  * the outcome unknown has given up ownership.
  *
+ * idem_complete, idem_fail and idem_resolve save the answer's headers too
+ * (0.2.0: their last argument, "headers"); 0.1.0's declarations have no
+ * such argument and its table no such column, and the library serves both.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -44,6 +48,7 @@ typedef struct OwnerWrite
 	IdemStatus	status;			/* the status the call moves the record to */
 	Datum		result;			/* jsonb compared with COL_RESULT, or 0 */
 	Datum		error;			/* jsonb compared with COL_ERROR, or 0 */
+	Datum		headers;		/* jsonb compared with COL_RESPONSE_HEADERS, or 0 */
 	bool		compare_code;
 	Datum		response_code;
 	bool		code_null;
@@ -72,7 +77,9 @@ is_repeat(IdemRecord *rec, const OwnerWrite *write)
 		  DatumGetInt32(rec->values[COL_RESPONSE_CODE]) != DatumGetInt32(write->response_code))))
 		return false;
 	return jsonb_same(rec->values[COL_RESULT], rec->nulls[COL_RESULT], write->result) &&
-		jsonb_same(rec->values[COL_ERROR], rec->nulls[COL_ERROR], write->error);
+		jsonb_same(rec->values[COL_ERROR], rec->nulls[COL_ERROR], write->error) &&
+		jsonb_same(rec->values[COL_RESPONSE_HEADERS], rec->nulls[COL_RESPONSE_HEADERS],
+				   write->headers);
 }
 
 /*
@@ -123,6 +130,21 @@ explain_owner_miss(IdemStore *store, text *scope, text *key, int64 token, const 
 			 errdetail("Its status is \"%s\".", idem_status_names[rec.status])));
 }
 
+/*
+ * Headers to save need the column: 0.2.0's functions on a table without it
+ * (dropped by hand) would lose them without a word.
+ */
+static void
+check_headers_column(Datum headers)
+{
+	if (headers != (Datum) 0 && idem_objects_current()->records_headers == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"idempotency_records\" has no column \"response_headers\""),
+				 errdetail("The headers could not be saved."),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;.")));
+}
+
 /* Run an owner's statement; args[0..2] are scope, key, token. */
 static void
 owner_update(FunctionCallInfo fcinfo, IdemStatement stmt, Datum *args,
@@ -133,6 +155,8 @@ owner_update(FunctionCallInfo fcinfo, IdemStatement stmt, Datum *args,
 	IdemStore	store;
 
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	if (write != NULL)
+		check_headers_column(write->headers);
 	if (!idem_store_exec(&store, stmt, args, nulls, false, rec, caller_cxt))
 		explain_owner_miss(&store, DatumGetTextPP(args[0]), DatumGetTextPP(args[1]),
 						   DatumGetInt64(args[2]), action, write);
@@ -153,15 +177,18 @@ idem_complete(PG_FUNCTION_ARGS)
 	int64		token = idem_arg_token(fcinfo, 1);
 	text	   *scope = idem_arg_scope(fcinfo, 4);
 	OwnerWrite	write = {IDEM_SUCCEEDED, jsonb_arg_or_zero(fcinfo, 2), (Datum) 0,
+		idem_arg_headers(fcinfo, 5),
 		true, PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3), PG_ARGISNULL(3), false};
-	Datum		args[6] = {
+	Datum		args[7] = {
 		PointerGetDatum(scope), PointerGetDatum(key), Int64GetDatum(token),
-		write.result, write.response_code, TimestampTzGetDatum(GetCurrentTimestamp())
+		write.result, write.response_code, TimestampTzGetDatum(GetCurrentTimestamp()),
+		write.headers
 	};
-	char		nulls[7] = "      ";
+	char		nulls[8] = "       ";
 
 	nulls[3] = PG_ARGISNULL(2) ? 'n' : ' ';
 	nulls[4] = PG_ARGISNULL(3) ? 'n' : ' ';
+	nulls[6] = write.headers == (Datum) 0 ? 'n' : ' ';
 	owner_update(fcinfo, STMT_COMPLETE, args, nulls, "complete", &write, NULL);
 	idem_count(IDEM_COUNT_COMPLETED);
 	PG_RETURN_VOID();
@@ -174,13 +201,13 @@ idem_fail(PG_FUNCTION_ARGS)
 	int64		token = idem_arg_token(fcinfo, 1);
 	text	   *scope = idem_arg_scope(fcinfo, 4);
 	OwnerWrite	write;
-	Datum		args[7];
-	char		nulls[8] = "       ";
+	Datum		args[8];
+	char		nulls[9] = "        ";
 
 	idem_arg_not_null(fcinfo, 2, "error");
 	idem_arg_not_null(fcinfo, 3, "retryable");
 	write = (OwnerWrite) {
-		IDEM_FAILED, (Datum) 0, PG_GETARG_DATUM(2),
+		IDEM_FAILED, (Datum) 0, PG_GETARG_DATUM(2), idem_arg_headers(fcinfo, 6),
 		true, PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5), PG_ARGISNULL(5),
 		PG_GETARG_BOOL(3)
 	};
@@ -191,7 +218,9 @@ idem_fail(PG_FUNCTION_ARGS)
 	args[4] = BoolGetDatum(write.retryable);
 	args[5] = write.response_code;
 	args[6] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[7] = write.headers;
 	nulls[5] = write.code_null ? 'n' : ' ';
+	nulls[7] = write.headers == (Datum) 0 ? 'n' : ' ';
 	owner_update(fcinfo, STMT_FAIL, args, nulls, "fail", &write, NULL);
 	idem_count(IDEM_COUNT_FAILED);
 	PG_RETURN_VOID();
@@ -252,7 +281,7 @@ idem_mark_unknown(PG_FUNCTION_ARGS)
 	Datum		args[5];
 
 	idem_arg_not_null(fcinfo, 2, "detail");
-	write = (OwnerWrite) {IDEM_UNKNOWN, (Datum) 0, PG_GETARG_DATUM(2), false, 0, true, false};
+	write = (OwnerWrite) {IDEM_UNKNOWN, (Datum) 0, PG_GETARG_DATUM(2), (Datum) 0, false, 0, true, false};
 	args[0] = PointerGetDatum(scope);
 	args[1] = PointerGetDatum(key);
 	args[2] = Int64GetDatum(token);
@@ -264,7 +293,7 @@ idem_mark_unknown(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_resolve(key, status, result, response_code, scope, retryable):
+ * idem_resolve(key, status, result, response_code, scope, retryable[, headers]):
  * 'succeeded' saves result as the result; 'failed' saves it as the error, and
  * retryable => true lets the next claim take the key over and redo the work
  * (use it when reconciliation proved the effect did not happen).
@@ -277,8 +306,9 @@ idem_resolve(PG_FUNCTION_ARGS)
 	IdemStatus	target = IDEM_NUM_STATUSES;
 	bool		retryable;
 	Datum		payload = jsonb_arg_or_zero(fcinfo, 2);
-	Datum		args[8];
-	char		nulls[9] = "        ";
+	Datum		headers = idem_arg_headers(fcinfo, 6);
+	Datum		args[9];
+	char		nulls[10] = "         ";
 	IdemStore	store;
 	IdemRecord	rec;
 
@@ -301,6 +331,7 @@ idem_resolve(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a succeeded outcome cannot be retryable"),
 				 errhint("Pass retryable => true only with status \"failed\".")));
+	check_headers_column(headers);
 
 	args[0] = PointerGetDatum(scope);
 	args[1] = PointerGetDatum(key);
@@ -310,7 +341,9 @@ idem_resolve(PG_FUNCTION_ARGS)
 	args[5] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
 	args[6] = BoolGetDatum(retryable);
 	args[7] = TimestampTzGetDatum(GetCurrentTimestamp());
+	args[8] = headers;
 	nulls[3] = args[3] == (Datum) 0 ? 'n' : ' ';
+	nulls[8] = headers == (Datum) 0 ? 'n' : ' ';
 	nulls[4] = args[4] == (Datum) 0 ? 'n' : ' ';
 	nulls[5] = PG_ARGISNULL(3) ? 'n' : ' ';
 

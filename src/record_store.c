@@ -77,11 +77,14 @@ const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 	"processing", "succeeded", "failed", "unknown"
 };
 
-/* The columns, in IdemColumn order, as every statement returns them. */
+/*
+ * The columns, in IdemColumn order, as every statement returns them.  "@H@"
+ * stands for response_headers, or NULL where the table has none (0.1.0).
+ */
 #define RECORD_COLUMNS \
 	"scope, key, fingerprint, token, lease_expires_at, created_at, updated_at, " \
 	"completed_at, expires_at, purge_after, status, attempts, response_code, retryable, " \
-	"recovery_point, result, error"
+	"recovery_point, result, error, @H@"
 
 #define EQ " OPERATOR(pg_catalog.=) "
 #define BY_KEY " WHERE scope" EQ "$1 AND key" EQ "$2 "
@@ -95,11 +98,18 @@ const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 #define SHIFT_EXPIRY(now) \
 	"expires_at = expires_at OPERATOR(pg_catalog.+) (" now " OPERATOR(pg_catalog.-) created_at)"
 
+/*
+ * In sql, "@S@" stands for the quoted schema, "@H@" as above, and the text
+ * between "@H{" and "}@" is kept only where the table has response_headers
+ * (a parameter it alone uses is then unused, which SPI_prepare allows).
+ */
+#define MAX_STATEMENT_ARGS 10
+
 typedef struct StatementSpec
 {
-	const char *sql;			/* "@S@" stands for the quoted schema */
+	const char *sql;
 	int			nargs;
-	Oid			argtypes[10];	/* InvalidOid = the idem_status type */
+	Oid			argtypes[MAX_STATEMENT_ARGS];	/* InvalidOid = the idem_status type */
 } StatementSpec;
 
 static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
@@ -154,25 +164,26 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $3, "
 		"updated_at = $4, completed_at = NULL, status = 'processing', "
 		"attempts = attempts OPERATOR(pg_catalog.+) 1, response_code = NULL, "
+		"@H{response_headers = NULL, }@"
 		"retryable = false, expires_at = $5, purge_after = $5"
 		BY_KEY "RETURNING " RECORD_COLUMNS,
 		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	/* $3 token, $4 result, $5 response code, $6 now */
+	/* $3 token, $4 result, $5 response code, $6 now, $7 headers */
 	[STMT_COMPLETE] = {
 		"UPDATE @S@.idempotency_records SET status = 'succeeded', result = $4, "
-		"response_code = $5, error = NULL, completed_at = $6, updated_at = $6, "
-		"lease_expires_at = NULL, " SHIFT_EXPIRY("$6")
+		"response_code = $5, @H{response_headers = $7, }@error = NULL, "
+		"completed_at = $6, updated_at = $6, lease_expires_at = NULL, " SHIFT_EXPIRY("$6")
 		BY_KEY "AND token" EQ "$3" IS_OWNED,
-		6, {TEXTOID, TEXTOID, INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID}
+		7, {TEXTOID, TEXTOID, INT8OID, JSONBOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
 	},
-	/* $3 token, $4 error, $5 retryable, $6 response code, $7 now */
+	/* $3 token, $4 error, $5 retryable, $6 response code, $7 now, $8 headers */
 	[STMT_FAIL] = {
 		"UPDATE @S@.idempotency_records SET status = 'failed', error = $4, "
-		"retryable = $5, response_code = $6, result = NULL, completed_at = $7, "
-		"updated_at = $7, lease_expires_at = NULL, " SHIFT_EXPIRY("$7")
+		"retryable = $5, response_code = $6, @H{response_headers = $8, }@result = NULL, "
+		"completed_at = $7, updated_at = $7, lease_expires_at = NULL, " SHIFT_EXPIRY("$7")
 		BY_KEY "AND token" EQ "$3" IS_OWNED,
-		7, {TEXTOID, TEXTOID, INT8OID, JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID}
+		8, {TEXTOID, TEXTOID, INT8OID, JSONBOID, BOOLOID, INT4OID, TIMESTAMPTZOID, JSONBOID}
 	},
 	/* $3 token, $4 recovery point or NULL, $5 lease expiry or NULL, $6 now */
 	[STMT_CHECKPOINT] = {
@@ -196,14 +207,17 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		BY_KEY "AND token" EQ "$3" IS_OWNED,
 		5, {TEXTOID, TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID}
 	},
-	/* $3 status, $4 result, $5 error, $6 response code, $7 retryable, $8 now */
+	/*
+	 * $3 status, $4 result, $5 error, $6 response code, $7 retryable, $8 now,
+	 * $9 headers
+	 */
 	[STMT_RESOLVE] = {
 		"UPDATE @S@.idempotency_records SET status = $3, result = $4, error = $5, "
-		"response_code = $6, retryable = $7, completed_at = $8, updated_at = $8, "
-		SHIFT_EXPIRY("$8")
+		"response_code = $6, @H{response_headers = $9, }@retryable = $7, "
+		"completed_at = $8, updated_at = $8, " SHIFT_EXPIRY("$8")
 		BY_KEY "AND status" EQ "'unknown'",
-		8, {TEXTOID, TEXTOID, InvalidOid, JSONBOID, JSONBOID, INT4OID, BOOLOID,
-		TIMESTAMPTZOID}
+		9, {TEXTOID, TEXTOID, InvalidOid, JSONBOID, JSONBOID, INT4OID, BOOLOID,
+		TIMESTAMPTZOID, JSONBOID}
 	},
 	[STMT_INBOX_INSERT] = {
 		"INSERT INTO @S@.idem_inbox (consumer, message_id, expires_at) "
@@ -371,15 +385,34 @@ static char *
 statement_sql(const char *template)
 {
 	const char *schema = quote_identifier(NameStr(objects->namespace_name));
+	bool		headers = objects->records_headers != InvalidAttrNumber;
+	bool		skipping = false;
 	StringInfoData buf;
 	const char *p;
 
 	initStringInfo(&buf);
 	for (p = template; *p; p++)
 	{
-		if (strncmp(p, "@S@", 3) == 0)
+		if (strncmp(p, "@H{", 3) == 0)
+		{
+			skipping = !headers;
+			p += 2;
+		}
+		else if (strncmp(p, "}@", 2) == 0)
+		{
+			skipping = false;
+			p += 1;
+		}
+		else if (skipping)
+			continue;
+		else if (strncmp(p, "@S@", 3) == 0)
 		{
 			appendStringInfoString(&buf, schema);
+			p += 2;
+		}
+		else if (strncmp(p, "@H@", 3) == 0)
+		{
+			appendStringInfoString(&buf, headers ? "response_headers" : "NULL::pg_catalog.jsonb");
 			p += 2;
 		}
 		else
@@ -392,7 +425,7 @@ static SPIPlanPtr
 statement_plan(IdemStatement stmt)
 {
 	const StatementSpec *spec = &statement_specs[stmt];
-	Oid			argtypes[10];
+	Oid			argtypes[MAX_STATEMENT_ARGS];
 	SPIPlanPtr	plan;
 
 	if (plans[stmt] != NULL)
@@ -471,25 +504,39 @@ status_from_datum(Datum value)
 /*
  * Refuse a row type of idempotency_records that is not the one of the install
  * script (a column added with ALTER TABLE): the store reads and returns
- * records by column position.  A column added and dropped again leaves a
- * dropped attribute at the end, which is harmless.  desc is the table's, or
- * the row type of a function returning the table's rows; either costs
- * nothing to get, and the loop reads the attributes' flags only.  The
- * statements of the SPI path name their columns, so they do not see an added
- * column; the direct read and idem_lookup/idem_await would.
+ * records by column position.  The 17 columns of 0.1.0 come first; after
+ * them may come dropped attributes (a column added and dropped again, which
+ * is harmless) and response_headers, which 0.2.0 added (in a database still
+ * on 0.1.0 it is missing).  Returns its attribute number, or 0.  desc is the
+ * table's, or the row type of a function returning the table's rows; either
+ * costs nothing to get, and the loop reads the attributes' flags only.  The
+ * statements of the SPI path name their columns, so they do not see an
+ * added column; the direct read and idem_lookup/idem_await would.
  */
-void
+AttrNumber
 idem_check_record_shape(TupleDesc desc)
 {
 	int			live = 0;
-	bool		in_place = desc->natts >= IDEM_NUM_COLUMNS;
+	bool		in_place = desc->natts >= IDEM_BASE_COLUMNS;
+	AttrNumber	headers = InvalidAttrNumber;
 
 	for (int i = 0; i < desc->natts; i++)
 	{
-		bool		dropped = TupleDescAttr(desc, i)->attisdropped;
+		Form_pg_attribute att = TupleDescAttr(desc, i);
 
-		live += dropped ? 0 : 1;
-		if (dropped == (i < IDEM_NUM_COLUMNS))
+		if (att->attisdropped)
+		{
+			if (i < IDEM_BASE_COLUMNS)
+				in_place = false;
+			continue;
+		}
+		live++;
+		if (i < IDEM_BASE_COLUMNS)
+			continue;
+		if (headers == InvalidAttrNumber && att->atttypid == JSONBOID &&
+			strcmp(NameStr(att->attname), "response_headers") == 0)
+			headers = i + 1;
+		else
 			in_place = false;
 	}
 	if (!in_place)
@@ -497,40 +544,45 @@ idem_check_record_shape(TupleDesc desc)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"idempotency_records\" does not have the columns that extension \"idempotency\" expects"),
 				 errdetail("The table has %d columns, and the extension expects its %d columns in the order of its install script.",
-						   live, IDEM_NUM_COLUMNS),
+						   live, IDEM_BASE_COLUMNS + (headers != InvalidAttrNumber ? 1 : 0)),
 				 errhint("Drop the columns added to idempotency_records, and keep such data in a table of your own keyed by (scope, key).")));
+	return headers;
 }
 
 /*
  * Return rec as a row of rsinfo's materialized result, whose row type is
- * idempotency_records, filled up with NULL for the dropped attributes it may
- * have after the extension's columns.  The caller has checked the row type
- * with idem_check_record_shape before reading.
+ * idempotency_records: the columns of 0.1.0 in place, response_headers at
+ * its attribute number if the row type has it, NULL for the dropped
+ * attributes.  The caller has checked the row type with
+ * idem_check_record_shape before reading.
  */
 void
 idem_put_record(ReturnSetInfo *rsinfo, IdemRecord *rec)
 {
 	TupleDesc	desc = rsinfo->setDesc;
-	Datum	   *values = rec->values;
-	bool	   *nulls = rec->nulls;
+	AttrNumber	headers = idem_check_record_shape(desc);
+	Datum	   *values = palloc(sizeof(Datum) * desc->natts);
+	bool	   *nulls = palloc(sizeof(bool) * desc->natts);
 
-	Assert(desc->natts >= IDEM_NUM_COLUMNS);
-	if (desc->natts > IDEM_NUM_COLUMNS)
+	memcpy(values, rec->values, sizeof(Datum) * IDEM_BASE_COLUMNS);
+	memcpy(nulls, rec->nulls, sizeof(bool) * IDEM_BASE_COLUMNS);
+	for (int i = IDEM_BASE_COLUMNS; i < desc->natts; i++)
 	{
-		values = palloc(sizeof(Datum) * desc->natts);
-		nulls = palloc(sizeof(bool) * desc->natts);
-		memcpy(values, rec->values, sizeof(rec->values));
-		memcpy(nulls, rec->nulls, sizeof(rec->nulls));
-		for (int i = IDEM_NUM_COLUMNS; i < desc->natts; i++)
-		{
-			values[i] = (Datum) 0;
-			nulls[i] = true;
-		}
+		values[i] = (Datum) 0;
+		nulls[i] = true;
+	}
+	if (headers != InvalidAttrNumber)
+	{
+		values[headers - 1] = rec->values[COL_RESPONSE_HEADERS];
+		nulls[headers - 1] = rec->nulls[COL_RESPONSE_HEADERS];
 	}
 	tuplestore_putvalues(rsinfo->setResult, desc, values, nulls);
 }
 
-/* Copy a deformed row's by-reference values into copy_to and decode it. */
+/*
+ * Copy a deformed row's by-reference values into copy_to and decode it.
+ * desc describes the first IDEM_BASE_COLUMNS; response_headers is jsonb.
+ */
 static void
 record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 {
@@ -538,10 +590,16 @@ record_keep(IdemRecord *rec, TupleDesc desc, MemoryContext copy_to)
 
 	for (int i = 0; i < IDEM_NUM_COLUMNS; i++)
 	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
+		bool		byval = false;
+		int			len = -1;
 
-		if (!rec->nulls[i] && !att->attbyval)
-			rec->values[i] = datumCopy(rec->values[i], false, att->attlen);
+		if (i < IDEM_BASE_COLUMNS)
+		{
+			byval = TupleDescAttr(desc, i)->attbyval;
+			len = TupleDescAttr(desc, i)->attlen;
+		}
+		if (!rec->nulls[i] && !byval)
+			rec->values[i] = datumCopy(rec->values[i], false, len);
 	}
 	MemoryContextSwitchTo(old);
 
@@ -677,6 +735,7 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	TupleTableSlot *slot;
 	AclMode		held;
 	LOCKMODE	lockmode;
+	AttrNumber	headers;
 
 	if (!direct_read_allowed(&held))
 	{
@@ -696,7 +755,7 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 
 	lockmode = read_lock(store->for_write, held);
 	heap = table_open(objects->records, lockmode);
-	idem_check_record_shape(RelationGetDescr(heap));
+	headers = idem_check_record_shape(RelationGetDescr(heap));
 	index = index_open(idem_primary_key(heap), AccessShareLock);
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
 	ScanKeyInit(&skey[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(key));
@@ -708,8 +767,15 @@ idem_store_fetch(IdemStore *store, text *scope, text *key, bool fresh_snapshot,
 	if (rec->found)
 	{
 		slot_getallattrs(slot);
-		memcpy(rec->values, slot->tts_values, sizeof(rec->values));
-		memcpy(rec->nulls, slot->tts_isnull, sizeof(rec->nulls));
+		memcpy(rec->values, slot->tts_values, sizeof(Datum) * IDEM_BASE_COLUMNS);
+		memcpy(rec->nulls, slot->tts_isnull, sizeof(bool) * IDEM_BASE_COLUMNS);
+		rec->values[COL_RESPONSE_HEADERS] = (Datum) 0;
+		rec->nulls[COL_RESPONSE_HEADERS] = true;
+		if (headers != InvalidAttrNumber)
+		{
+			rec->values[COL_RESPONSE_HEADERS] = slot->tts_values[headers - 1];
+			rec->nulls[COL_RESPONSE_HEADERS] = slot->tts_isnull[headers - 1];
+		}
 		record_keep(rec, RelationGetDescr(heap), copy_to);
 	}
 	index_endscan(scan);

@@ -100,6 +100,9 @@ idem_chroot_exec() (
     trap 'exit 130' INT
     trap 'exit 143' TERM
     mountpoint -q "$dir/proc" || mount -t proc proc "$dir/proc" || exit 1
+    # Python's multiprocessing keeps its shared memory in /dev/shm, which
+    # debootstrap leaves as a plain directory only root may write
+    mkdir -p "$dir/dev/shm" && chmod 1777 "$dir/dev/shm"
     chroot "$dir" "$@" 9>&-
 )
 

@@ -9,8 +9,8 @@ IDEM_HOST_PG_MAJOR=15
 # idem_packages MAJOR: the Debian packages the build and the tests need.
 idem_packages() {
     echo "make gcc postgresql-$1 postgresql-server-dev-$1 postgresql-$1-repack" \
-        "postgresql-$1-pgtap libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
-        "pgbouncer rabbitmq-server python3-pika python3-psycopg"
+        "postgresql-$1-pgtap postgresql-$1-plproxy libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
+        "pgbouncer python3 python3-psycopg rabbitmq-server python3-pika"
 }
 IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -88,6 +88,20 @@ idem_as_cluster_user() {
     if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# idem_free_port: a TCP port of 127.0.0.1 that nothing holds now, below the
+# kernel's ephemeral range (32768-60999), where the thousands of connections
+# of the load tests leave ports that a listener cannot bind.  Bound with
+# SO_REUSEADDR, as PostgreSQL binds.
+idem_free_port() {
+    local p
+    for _ in $(seq 200); do
+        p=$(( 20000 + RANDOM % 12000 ))
+        perl -MIO::Socket::INET -e 'IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+            LocalPort => $ARGV[0], Listen => 1, ReuseAddr => 1) or exit 1' "$p" && break
+    done
+    echo "$p"
+}
+
 # idem_cluster_start DIR: initdb and start a cluster in DIR on a free private
 # port, listening only on a unix socket in DIR and on 127.0.0.1.  Sets PGHOST,
 # PGPORT, PGUSER, PGDATABASE for the clients.  IDEM_EXTRA_CONF holds extra
@@ -97,7 +111,7 @@ idem_cluster_start() {
     bindir=$(idem_bindir)
     mkdir -p "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres "$dir"
-    port=$(( 20000 + RANDOM % 20000 ))
+    port=$(idem_free_port)
     idem_as_cluster_user "$bindir/initdb" -D "$dir/data" -A trust -U postgres \
         --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1
     {

@@ -45,6 +45,24 @@ sabotage breaks are reported violated.
 run whose properties must hold, then a short sabotage run that must be
 caught.
 
+--shard-dsn DSN (once per shard) runs the same workload through a PL/Proxy
+proxy database (--dsn) with idempotency_router, the shards behind it
+(README "Scaling out").  The intents are spread over 64 tenants (scope
+"jepsen-N"), 16 partitions over the shards.  PL/Proxy commits every call
+on its own, so the one-transaction way is one call of a shard-side
+function made callable through the proxy by idem_proxy_function (claim,
+business row and completion commit together on one shard), and the
+multi-phase way is a claim call, then a call of the shard-side completion
+function.  A call whose answer did not arrive (a timeout, a cancel, a
+killed proxy or shard backend) is ambiguous, as a COMMIT on the wire is
+on one server; a later idem_lookup decides it.  The killer kills proxy
+and shard backends.  At the end the shards' records and business rows are
+collected into the proxy database, where the same properties are checked,
+and one more:
+
+  P7 every key and its business rows are on one shard, the one its
+     tenant's partition maps to
+
 Exit status: 0 if no property was violated and nothing unexpected happened
 (with --sabotage: if the sabotage was caught), 1 otherwise, 2 on a usage
 error.
@@ -67,6 +85,8 @@ import psycopg
 from psycopg import errors as pgerr
 
 SCOPE = "jepsen"
+TENANTS = 64                       # with --shard-dsn: the intents' scopes, "jepsen-0" .. "jepsen-63"
+PARTITIONS = 16
 CLIENT_APP = "jepsen-client-"      # application_name of the connections the killer may kill
 AUX_APP = "jepsen-aux-"            # a client's second connection, to kill its own COMMIT
 
@@ -122,7 +142,7 @@ CHECKS = [
             SELECT intent FROM jepsen_business GROUP BY intent HAVING count(*) > 1) d"""),
     ("P2", "every acknowledged result equals the stored one", """
         SELECT count(*), min(format('%s %s %s', h.kind, h.intent, h.result)) FROM jepsen_history h
-          LEFT JOIN idempotency_records r ON r.scope = 'jepsen' AND r.key = h.intent::text
+          LEFT JOIN idempotency_records r ON r.scope LIKE 'jepsen%' AND r.key = h.intent::text
          WHERE h.kind IN ('A', 'R')
            AND (r.key IS NULL OR r.status <> 'succeeded' OR r.result IS DISTINCT FROM h.result)"""),
     ("P3", "a fingerprint conflict never returned a result", """
@@ -134,7 +154,7 @@ CHECKS = [
             SELECT format('business row of intent %s with token %s, record token %s',
                           b.intent, b.token, r.token) AS what
               FROM jepsen_business b
-              LEFT JOIN idempotency_records r ON r.scope = 'jepsen' AND r.key = b.intent::text
+              LEFT JOIN idempotency_records r ON r.scope LIKE 'jepsen%' AND r.key = b.intent::text
              WHERE r.token IS DISTINCT FROM b.token
             UNION ALL
             -- a token refused with IK002 that wrote a business row or the result
@@ -144,44 +164,157 @@ CHECKS = [
                AND (EXISTS (SELECT 1 FROM jepsen_business b
                              WHERE b.intent = h.intent AND b.token = h.token)
                     OR EXISTS (SELECT 1 FROM idempotency_records r
-                                WHERE r.scope = 'jepsen' AND r.key = h.intent::text
+                                WHERE r.scope LIKE 'jepsen%' AND r.key = h.intent::text
                                   AND (r.result ->> 'token')::bigint = h.token))
             UNION ALL
             -- an acknowledged completion whose token is not the record's
             SELECT format('acknowledged completion of intent %s with token %s, record token %s',
                           h.intent, h.token, r.token)
               FROM jepsen_history h
-              JOIN idempotency_records r ON r.scope = 'jepsen' AND r.key = h.intent::text
+              JOIN idempotency_records r ON r.scope LIKE 'jepsen%' AND r.key = h.intent::text
              WHERE h.kind = 'A' AND r.token <> h.token
             UNION ALL
             -- a committed claim with a token above the record's: tokens went back
             SELECT format('committed claim of intent %s with token %s, record token %s',
                           h.intent, h.token, r.token)
               FROM jepsen_history h
-              JOIN idempotency_records r ON r.scope = 'jepsen' AND r.key = h.intent::text
+              JOIN idempotency_records r ON r.scope LIKE 'jepsen%' AND r.key = h.intent::text
              WHERE h.kind = 'C' AND h.token > r.token) v"""),
     ("P5", "a business row exactly for each succeeded record, by its owner", """
         SELECT count(*), min(what) FROM (
             SELECT format('business row of intent %s by %s without its success', b.intent, b.by) AS what
               FROM jepsen_business b
              WHERE NOT EXISTS (SELECT 1 FROM idempotency_records r
-                                WHERE r.scope = 'jepsen' AND r.key = b.intent::text
+                                WHERE r.scope LIKE 'jepsen%' AND r.key = b.intent::text
                                   AND r.status = 'succeeded' AND r.token = b.token
                                   AND r.result ->> 'by' = b.by
                                   AND (r.result ->> 'amount')::int = b.amount)
             UNION ALL
             SELECT format('succeeded intent %s without its business row', r.key)
               FROM idempotency_records r
-             WHERE r.scope = 'jepsen' AND r.status = 'succeeded'
+             WHERE r.scope LIKE 'jepsen%' AND r.status = 'succeeded'
                AND NOT EXISTS (SELECT 1 FROM jepsen_business b
                                 WHERE b.intent = r.key::bigint AND b.token = r.token
                                   AND b.by = r.result ->> 'by')) v"""),
     ("P6", "a token refused as stale (IK002) was really superseded", """
         SELECT count(*), min(format('intent %s token %s, record token %s', h.intent, h.token, r.token))
           FROM jepsen_history h
-          LEFT JOIN idempotency_records r ON r.scope = 'jepsen' AND r.key = h.intent::text
+          LEFT JOIN idempotency_records r ON r.scope LIKE 'jepsen%' AND r.key = h.intent::text
          WHERE h.kind = 'S' AND (r.token IS NULL OR r.token <= h.token)"""),
 ]
+
+
+# Through the proxy: the shard-side functions (each called through a
+# proxy function made by idem_proxy_function, on the shard of its scope).
+SHARD_SETUP = """
+CREATE EXTENSION idempotency;
+-- scope: the routing column, by which a partition's rows are moved
+-- (test/shard/move_partition.py --table jepsen_business:scope).
+CREATE TABLE jepsen_business (
+    scope  text   NOT NULL,
+    intent bigint NOT NULL,
+    token  bigint NOT NULL,
+    amount int    NOT NULL,
+    by     text   NOT NULL
+);
+CREATE SCHEMA jepsen;
+-- One transaction: claim, then the business row and the completion (or a
+-- retryable failure, or an abandon that rolls the claim back), committed
+-- together by PL/Proxy's autocommit call.
+CREATE FUNCTION jepsen.request(scope text, intent bigint, body jsonb, lease interval, by text,
+                               mode text, pause float8,
+                               OUT outcome text, OUT token bigint, OUT status text, OUT result text)
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
+DECLARE
+    c public.idem_claim_result;
+    res jsonb;
+BEGIN
+    SELECT * INTO c FROM public.idem_claim(intent::text, public.idem_fingerprint(body), lease, scope);
+    outcome := c.outcome;
+    token := c.token;
+    status := c.status;
+    result := c.result::text;
+    IF c.outcome NOT IN ('new', 'takeover') THEN
+        RETURN;
+    END IF;
+    IF pause > 0 THEN
+        PERFORM pg_sleep(pause);
+    END IF;
+    IF mode = 'abandon' THEN
+        RAISE EXCEPTION 'abandoned after the claim' USING ERRCODE = 'JA001';
+    ELSIF mode = 'fail' THEN
+        PERFORM public.idem_fail(intent::text, c.token, '{"error": "retry me"}', true, scope);
+        status := 'failed';
+        RETURN;
+    END IF;
+    res := jsonb_build_object('intent', intent, 'amount', (body ->> 'amount')::int,
+                              'token', c.token, 'by', by);
+    INSERT INTO jepsen_business (scope, intent, token, amount, by)
+    VALUES (scope, intent, c.token, (body ->> 'amount')::int, by);
+    PERFORM public.idem_complete(intent::text, c.token, res, 201, scope);
+    status := 'succeeded';
+    result := res::text;
+END $$;
+-- Multi-phase: the owner's completion, after its claim committed alone.
+CREATE FUNCTION jepsen.effect(scope text, i bigint, tok bigint, amt int, by text, res jsonb)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    INSERT INTO jepsen_business (scope, intent, token, amount, by) VALUES (scope, i, tok, amt, by);
+    PERFORM public.idem_complete(i::text, tok, res, 201, scope);
+END $$;
+-- What a client without fencing would do (--sabotage fence only).
+CREATE FUNCTION jepsen.effect_unfenced(scope text, i bigint, tok bigint, amt int, by text, res jsonb)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $$
+BEGIN
+    INSERT INTO jepsen_business (scope, intent, token, amount, by) VALUES (scope, i, tok, amt, by);
+    UPDATE idempotency_records r SET result = res WHERE r.scope = $1 AND r.key = i::text;
+END $$;
+"""
+
+PROXY_SETUP = """
+CREATE EXTENSION idempotency_router CASCADE;
+SELECT idem_router_configure(%s, %d);
+CREATE USER MAPPING FOR PUBLIC SERVER idempotency;
+CREATE SCHEMA jepsen;
+SELECT idem_proxy_function('jepsen.request(text, bigint, jsonb, interval, text, text, float8)', 'scope');
+SELECT idem_proxy_function('jepsen.effect(text, bigint, bigint, int, text, jsonb)', 'scope');
+SELECT idem_proxy_function('jepsen.effect_unfenced(text, bigint, bigint, int, text, jsonb)', 'scope');
+"""
+
+# The shards' rows, collected into the proxy database for the checks (the
+# checks' queries run with this schema first in search_path).
+MERGED = """
+CREATE SCHEMA merged;
+CREATE TABLE merged.idempotency_records (shard int, scope text COLLATE "C", key text COLLATE "C",
+                                         token bigint, status text, result jsonb);
+CREATE TABLE merged.jepsen_business (shard int, intent bigint, token bigint, amount int, by text);
+CREATE TABLE merged.shards (shard int, connstr text);
+"""
+
+P7 = ("P7", "every key and its business rows on one shard, its tenant's", """
+        SELECT count(*), min(what) FROM (
+            SELECT format('intent %s on shards %s', r.key, string_agg(r.shard::text, ',')) AS what
+              FROM idempotency_records r GROUP BY r.key HAVING count(*) > 1
+            UNION ALL
+            SELECT format('intent %s of scope %s on shard %s, its partition %s is on shard %s',
+                          r.key, r.scope, r.shard, p.partition, s.shard)
+              FROM idempotency_records r
+              JOIN public.idem_router_partitions() p ON p.partition = public.idem_router_partition(r.scope)
+              JOIN shards s ON s.connstr = p.connstr
+             WHERE s.shard <> r.shard
+            UNION ALL
+            SELECT format('business row of intent %s on shard %s, its record on shard %s',
+                          b.intent, b.shard, r.shard)
+              FROM jepsen_business b JOIN idempotency_records r ON r.key = b.intent::text
+             WHERE r.shard <> b.shard) v""")
+
+
+def scope_of(intent, sharded):
+    return "jepsen-%d" % (intent % TENANTS) if sharded else SCOPE
+
+
+def checks_of(a):
+    return CHECKS + [P7] if a.shard_dsn else CHECKS
 
 
 def amount_of(intent):
@@ -241,6 +374,7 @@ class Client:
         self.retry = None
         self.timer = None
         self.unexpected = []
+        self.sharded = bool(args.shard_dsn)
 
     # --- history -----------------------------------------------------------
     def h(self, kind, intent, token=None, by=None, result=None, outcome=None):
@@ -395,6 +529,12 @@ class Client:
                 self.retry = intent
                 self.drop()
             except psycopg.Error as e:
+                if self.sharded and ((e.sqlstate or "")[:2] in ("08", "57")
+                                     or "REMOTE FATAL" in str(e) or "PL/Proxy" in str(e)):
+                    # a shard backend killed under a call that decides nothing
+                    self.n["remote_failures"] += 1
+                    self.retry = intent
+                    continue
                 self.n["unexpected_errors"] += 1
                 if len(self.unexpected) < 5:
                     self.unexpected.append("%s: %s" % (type(e).__name__, str(e).strip()))
@@ -416,9 +556,12 @@ class Client:
         except psycopg.Error:
             self.drop()
 
+    def scope(self, intent):
+        return scope_of(intent, self.sharded)
+
     def claim(self, intent, lease, conflicting=False):
         return self.conn.execute(CLAIM, (str(intent), body_of(intent, conflicting), ms(lease),
-                                         SCOPE)).fetchone()
+                                         self.scope(intent))).fetchone()
 
     def replayed(self, intent, row):
         outcome, _, status, result = row
@@ -455,6 +598,8 @@ class Client:
         self.rollback()
 
     def one_transaction(self, intent):
+        if self.sharded:
+            return self.one_call(intent)
         a, rnd = self.a, self.rnd
         self.conn.execute("BEGIN")
         r = rnd.random()
@@ -493,7 +638,7 @@ class Client:
             return
         if r < a.p_abandon + a.p_fail:                    # a transient failure, saved
             self.conn.execute("SELECT idem_fail(%s, %s, '{\"error\": \"retry me\"}', true, %s)",
-                              (str(intent), token, SCOPE))
+                              (str(intent), token, self.scope(intent)))
             if self.commit():
                 self.n["failed"] += 1
             self.retry = intent
@@ -544,14 +689,15 @@ class Client:
         elif r < a.p_stall + a.p_abandon_mp + a.p_fail:
             try:
                 self.conn.execute("SELECT idem_fail(%s, %s, '{\"error\": \"retry me\"}', true, %s)",
-                                  (str(intent), token, SCOPE))
+                                  (str(intent), token, self.scope(intent)))
                 self.n["failed"] += 1
             except psycopg.Error as e:
                 self.refused(e, intent, token)
             return
         elif r < a.p_stall + a.p_abandon_mp + 2 * a.p_fail:
             try:
-                self.conn.execute("SELECT idem_release(%s, %s, %s)", (str(intent), token, SCOPE))
+                self.conn.execute("SELECT idem_release(%s, %s, %s)",
+                                  (str(intent), token, self.scope(intent)))
                 self.n["released"] += 1
             except psycopg.Error as e:
                 self.refused(e, intent, token)
@@ -559,6 +705,8 @@ class Client:
         else:
             time.sleep(rnd.uniform(0, 0.003))             # the external call
         by, result = self.result_of(intent, token)
+        if self.sharded:
+            return self.finish_call(intent, token, by, result)
         self.conn.execute("BEGIN")
         try:
             self.conn.execute("SELECT jepsen_effect(%s, %s, %s, %s, %s::jsonb)",
@@ -574,6 +722,149 @@ class Client:
                 self.complete(intent, token, by, result)
             return
         self.complete(intent, token, by, result)
+
+    # --- through the proxy: every call commits on its own on its shard -------
+    def kill_own_call(self):
+        """A thread that terminates this client's proxy backend while its
+        call is on the way (the call may or may not commit on the shard)."""
+        pid = self.conn.info.backend_pid
+        aux = self.aux_conn()
+        delay = self.rnd.uniform(0, 0.004)
+
+        def kill():
+            time.sleep(delay)
+            try:
+                if aux.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]:
+                    self.n["kills"] += 1
+                    self.n["kills_at_commit"] += 1
+            except psycopg.Error:
+                pass
+        killer = threading.Thread(target=kill)
+        killer.start()
+        return killer
+
+    def ambiguous(self, e, intent, by, result=None):
+        """A call that failed without an answer of the extension: it may have
+        committed on the shard (the proxy's timeout or cancel came late, the
+        proxy or shard backend was killed).  Recorded as ambiguous; the retry
+        of the same key, or the final lookup, learns the truth.  Re-raises
+        what Client.run counts (timeouts, lost connections)."""
+        if isinstance(e, (pgerr.QueryCanceled, psycopg.OperationalError)) \
+                or (e.sqlstate or "")[:2] in ("08", "57") or "REMOTE FATAL" in str(e) \
+                or "PL/Proxy" in str(e):
+            self.n["ambiguous_commits"] += 1
+            self.n["ambiguous_completions"] += 1
+            self.h("U", intent, None, by, result)
+            self.retry = intent
+            if isinstance(e, (pgerr.QueryCanceled, psycopg.OperationalError)):
+                raise e
+            self.n["remote_failures"] += 1
+            return
+        raise e
+
+    def one_call(self, intent):
+        """One transaction through the proxy: claim, business row and
+        completion in one call of jepsen.request, committed on the shard."""
+        a, rnd = self.a, self.rnd
+        r = rnd.random()
+        pause = 0.0
+        timeout = None
+        if r < a.p_timeout:                               # a short statement_timeout
+            self.n["statement_timeouts_set"] += 1
+            timeout = rnd.randint(1, 20)
+            pause = rnd.uniform(0, 0.03)
+        elif r < 2 * a.p_timeout:                         # the client gives up and cancels
+            self.n["client_cancels_set"] += 1
+            conn = self.conn
+
+            def cancel():
+                try:
+                    conn.cancel()
+                except psycopg.Error:
+                    pass
+            self.timer = threading.Timer(rnd.uniform(0.001, 0.03), cancel)
+            self.timer.start()
+            pause = rnd.uniform(0, 0.03)
+        r = rnd.random()
+        mode = "abandon" if r < a.p_abandon else "fail" if r < a.p_abandon + a.p_fail else "complete"
+        by = "%d.%d" % (self.cid, self.seq)
+        killer = None
+        if mode == "complete" and rnd.random() < a.p_kill_commit:
+            pause = rnd.uniform(0, 0.003)
+            killer = self.kill_own_call()
+        try:
+            if timeout:
+                self.conn.execute("SET statement_timeout = %d" % timeout)
+            row = self.conn.execute(
+                "SELECT outcome, token, status, result FROM jepsen.request(%s, %s, %s::jsonb, %s, %s, %s, %s)",
+                (self.scope(intent), intent, body_of(intent), ms(rnd.randint(a.lease_min, a.lease_max)),
+                 by, mode, pause)).fetchone()
+            if timeout:
+                self.conn.execute("RESET statement_timeout")
+        except psycopg.Error as e:
+            if killer is not None:
+                killer.join()
+                self.drop()
+            if e.sqlstate == "JA001":                    # abandoned: nothing committed
+                self.n["new"] += 1
+                self.n["abandoned"] += 1
+                self.retry = intent
+                if timeout:
+                    self.conn.execute("RESET statement_timeout")
+                return
+            if mode != "complete":
+                self.retry = intent
+                if isinstance(e, (pgerr.QueryCanceled, psycopg.OperationalError)):
+                    raise
+                if (e.sqlstate or "")[:2] in ("08", "57") or "REMOTE FATAL" in str(e):
+                    self.n["remote_failures"] += 1
+                    return
+                raise
+            return self.ambiguous(e, intent, by)
+        if killer is not None:
+            killer.join()
+            self.drop()
+        outcome, token, status, result = row
+        if outcome not in ("new", "takeover"):
+            self.replayed(intent, row)
+            return
+        self.n[outcome] += 1
+        if status == "failed":
+            self.n["failed"] += 1
+            self.retry = intent
+            return
+        self.n["completions_acknowledged"] += 1
+        self.h("A", intent, token, by, result)
+        self.done.append(intent)
+
+    def finish_call(self, intent, token, by, result):
+        """Multi-phase through the proxy: the business row and the completion
+        in one call of jepsen.effect, committed on the shard."""
+        killer = self.kill_own_call() if self.rnd.random() < self.a.p_kill_commit else None
+        try:
+            self.conn.execute("SELECT jepsen.effect(%s, %s, %s, %s, %s, %s::jsonb)",
+                              (self.scope(intent), intent, token, amount_of(intent), by, result))
+        except psycopg.Error as e:
+            if killer is not None:
+                killer.join()
+                self.drop()
+            if e.sqlstate in ("IK002", "IK003"):
+                self.refused(e, intent, token)
+                if e.sqlstate == "IK002" and self.a.sabotage in ("fence", "all"):
+                    # sabotage: write anyway, as a client without fencing would
+                    self.connect()
+                    self.conn.execute("SELECT jepsen.effect_unfenced(%s, %s, %s, %s, %s, %s::jsonb)",
+                                      (self.scope(intent), intent, token, amount_of(intent), by, result))
+                    self.n["completions_acknowledged"] += 1
+                    self.h("A", intent, token, by, result)
+                return
+            return self.ambiguous(e, intent, by, result)
+        if killer is not None:
+            killer.join()
+            self.drop()
+        self.n["completions_acknowledged"] += 1
+        self.h("A", intent, token, by, result)
+        self.done.append(intent)
 
     def refused(self, e, intent, token):
         """An owner call was refused: IK002 (stale token) or IK003."""
@@ -601,7 +892,33 @@ def client_main(cid, args, shared, histdir, deadline, out):
 def killer_main(args, stop, counts):
     rnd = random.Random(args.seed)
     conn = psycopg.connect(args.dsn, autocommit=True, application_name="jepsen-killer")
+    shards = [psycopg.connect(d, autocommit=True, application_name="jepsen-killer")
+              for d in args.shard_dsn]
     while not stop.wait(rnd.uniform(args.kill_min, args.kill_max) / 1000):
+        if shards and rnd.random() < 0.5:
+            # a shard backend of the proxy's, in the middle of a call or not
+            i = rnd.randrange(len(shards))
+            try:
+                row = shards[i].execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND backend_type = 'client backend'"
+                    "   AND pid <> pg_backend_pid() AND application_name <> 'jepsen-killer'"
+                    # an operator's partition move (test/shard/move_partition.py) is
+                    # not a client: its copy would fail, not its ambiguity be tested
+                    "   AND application_name <> 'idem-move'"
+                    " ORDER BY state = 'active' DESC, random() LIMIT 1").fetchone()
+                if row and row[0]:
+                    counts["kills"] += 1
+                    counts["kills_on_shards"] += 1
+            except psycopg.Error:
+                # the shard is down or failing over: try again at the next kill
+                counts["killer_errors"] += 1
+                try:
+                    shards[i] = psycopg.connect(args.shard_dsn[i], autocommit=True, connect_timeout=2,
+                                                application_name="jepsen-killer")
+                except psycopg.Error:
+                    pass
+            continue
         try:
             row = conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -613,6 +930,8 @@ def killer_main(args, stop, counts):
             counts["killer_errors"] += 1
             conn = psycopg.connect(args.dsn, autocommit=True, application_name="jepsen-killer")
     conn.close()
+    for c in shards:
+        c.close()
 
 
 def final_replays(conn, ambiguous):
@@ -635,6 +954,71 @@ def final_replays(conn, ambiguous):
     return decided, rows
 
 
+def final_lookups(conn, ambiguous):
+    """Through the proxy: look each intent of an ambiguous call up (a
+    lookup, so that nothing is claimed anew): it committed if the stored
+    result is the one that call would have written (its "by")."""
+    decided = collections.Counter()
+    rows = []
+    for intent, by in ambiguous:
+        row = conn.execute("SELECT status::text, result::text FROM idem_lookup(%s, %s)",
+                           (str(intent), scope_of(intent, True))).fetchone()
+        if row and row[0] == "succeeded":
+            rows.append(("R", -1, intent, None, None, row[1], None))
+            decided["committed" if json.loads(row[1]).get("by") == by else "not_committed"] += 1
+        else:
+            decided["not_committed"] += 1
+    return decided, rows
+
+
+def setup_sharded(a):
+    """Fresh databases on the shards and the proxy: the shard-side functions,
+    the router, the cluster (16 partitions) and the proxy functions.  Returns
+    the shards' connection strings, as in the partition map."""
+    shard_dsns = []
+    for sd in a.shard_dsn:
+        admin = psycopg.connect(sd, dbname="postgres", autocommit=True)
+        admin.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % a.dbname)
+        admin.execute("CREATE DATABASE %s" % a.dbname)
+        admin.close()
+        d = psycopg.conninfo.make_conninfo(sd, dbname=a.dbname)
+        with psycopg.connect(d, autocommit=True) as c:
+            c.execute(SHARD_SETUP)
+        shard_dsns.append(d)
+    with psycopg.connect(a.dsn, autocommit=True) as c:
+        c.execute("SET client_min_messages = warning")
+        c.execute("CREATE EXTENSION idempotency_router CASCADE")
+        c.execute("SELECT idem_router_configure(%s, %s)", (shard_dsns, PARTITIONS))
+        c.execute("CREATE USER MAPPING FOR PUBLIC SERVER idempotency")
+        c.execute("CREATE SCHEMA jepsen")
+        for f in ("jepsen.request(text, bigint, jsonb, interval, text, text, float8)",
+                  "jepsen.effect(text, bigint, bigint, int, text, jsonb)",
+                  "jepsen.effect_unfenced(text, bigint, bigint, int, text, jsonb)"):
+            c.execute("SELECT idem_proxy_function(%s, 'scope')", (f,))
+    return shard_dsns
+
+
+def collect_shards(c, shard_dsns):
+    """The shards' records and business rows, into the proxy database's
+    schema merged, each row with its shard."""
+    c.execute(MERGED)
+    with c.cursor().copy("COPY merged.shards FROM STDIN") as cp:
+        for i, d in enumerate(shard_dsns):
+            cp.write_row((i, d))
+    for i, d in enumerate(shard_dsns):
+        with psycopg.connect(d, autocommit=True) as sc:
+            for query, table in (
+                    ("SELECT %d, scope, key, token, status::text, result FROM idempotency_records" % i,
+                     "merged.idempotency_records"),
+                    ("SELECT %d, intent, token, amount, by FROM jepsen_business" % i,
+                     "merged.jepsen_business")):
+                with sc.cursor().copy("COPY (%s) TO STDOUT" % query) as src, \
+                        c.cursor().copy("COPY %s FROM STDIN" % table) as dst:
+                    for data in src:
+                        dst.write(data)
+    c.execute("SET search_path = merged, public")
+
+
 def load_history(conn, histdir, nclients):
     conn.execute(HISTORY)
     with conn.cursor().copy("COPY jepsen_history FROM STDIN") as cp:
@@ -651,6 +1035,8 @@ def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dsn", default="", help="libpq connection string (default: PG* environment)")
     p.add_argument("--dbname", default="jepsen", help="database to (re)create for the run")
+    p.add_argument("--shard-dsn", action="append", default=[],
+                   help="a shard behind the PL/Proxy proxy that --dsn names (once per shard)")
     p.add_argument("--histdir", required=True, help="directory for the clients' histories")
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--requests", type=int, default=10**9, help="stop after this many requests")
@@ -700,14 +1086,21 @@ def run(a):
     admin.close()
     dsn = psycopg.conninfo.make_conninfo(a.dsn, dbname=a.dbname)
     a = argparse.Namespace(**{**vars(a), "dsn": dsn})
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(SETUP)
+    shard_dsns = []
+    if a.shard_dsn:
+        shard_dsns = setup_sharded(a)
+        a = argparse.Namespace(**{**vars(a), "shard_dsn": shard_dsns})
+    else:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(SETUP)
     histdir = os.path.join(a.histdir, a.dbname)
     os.makedirs(histdir, exist_ok=True)
 
-    print("jepsen: seed %d, %d clients, %s requests, %gs at most, sabotage %s"
+    print("jepsen: seed %d, %d clients, %s requests, %gs at most, sabotage %s%s"
           % (a.seed, a.clients, a.requests if a.requests < 10**9 else "unbounded",
-             a.duration, a.sabotage), flush=True)
+             a.duration, a.sabotage,
+             ", through a PL/Proxy proxy to %d shards, %d partitions" % (len(shard_dsns), PARTITIONS)
+             if shard_dsns else ""), flush=True)
     shared = Shared()
     out = mp.Queue()
     start = time.monotonic()
@@ -748,10 +1141,16 @@ def run(a):
     counts["elapsed"] = time.monotonic() - start
 
     with psycopg.connect(dsn, autocommit=True, application_name="jepsen-checker") as c:
+        if shard_dsns:
+            collect_shards(c, shard_dsns)
         load_history(c, histdir, a.clients)
-        ambiguous = c.execute("SELECT intent, result::text FROM jepsen_history"
-                              " WHERE kind = 'U'").fetchall()
-        decided, rows = final_replays(c, ambiguous)
+        if shard_dsns:
+            ambiguous = c.execute("SELECT intent, by FROM jepsen_history WHERE kind = 'U'").fetchall()
+            decided, rows = final_lookups(c, ambiguous)
+        else:
+            ambiguous = c.execute("SELECT intent, result::text FROM jepsen_history"
+                                  " WHERE kind = 'U'").fetchall()
+            decided, rows = final_replays(c, ambiguous)
         counts["ambiguous_committed"] = decided["committed"]
         counts["ambiguous_not_committed"] = decided["not_committed"]
         with c.cursor().copy("COPY jepsen_history FROM STDIN") as cp:
@@ -766,7 +1165,7 @@ def run(a):
             "SELECT status::text, count(*) FROM idempotency_records GROUP BY 1 ORDER BY 1"))
         counts["business_rows"] = c.execute("SELECT count(*) FROM jepsen_business").fetchone()[0]
         results = []
-        for name, what, q in CHECKS:
+        for name, what, q in checks_of(a):
             v, example = c.execute(q).fetchone()
             results.append((name, what, v, example))
     counts["duplicates"] = counts["requests"] - counts["fingerprint_conflicts"] - counts["intents"]
@@ -786,6 +1185,9 @@ def report(a, n, results, unexpected):
           " %d claims lost, %d serialization failures"
           % (n["kills"], n["kills_at_commit"], n["timeouts"], n["connections_lost"],
              n["claims_lost"], n["serialization_failures"]))
+    if a.shard_dsn:
+        print("  through the proxy: %d kills of shard backends, %d calls failed on the shard side"
+              % (n["kills_on_shards"], n["remote_failures"]))
     print("  rejections: %d stale tokens (IK002), %d not in progress (IK003)"
           % (n["stale_token_rejections"], n["not_in_progress_rejections"]))
     print("  ambiguous commits %d (%d replies lost, the rest killed), %d of them completions:"
@@ -838,7 +1240,7 @@ def main():
         a.duration = 20
     sab = argparse.Namespace(**{**vars(a), "duration": 8, "dbname": a.dbname + "_sabotage",
                                 "sabotage": "all"})
-    tests = len(CHECKS) + 2 + len(EXPECTED["all"])
+    tests = len(checks_of(a)) + 2 + len(EXPECTED["all"])
     print("1..%d" % tests)
     t = 0
     failed = 0

@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 61::bigint, 'the extension has 61 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 62::bigint, 'the extension has 62 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -75,17 +75,17 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
 SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_role_tenants()'), ('idem_scope_in_tenant(text)')$$,
-                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, '
-                  'and idem_role_tenants, bound at creation and called once per query by the policies');
+                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
+                  'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
 
 SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
                 'nothing of the extension is writable by PUBLIC');
 SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a WHERE a.grantee = 0 ORDER BY 1$$,
                   $$VALUES ('idem_attached_machines'), ('idem_global_reconcilers'), ('idem_machine_moves'),
-                           ('idem_machines'), ('idem_settings'), ('idem_tenant_members'), ('idem_token_epoch')$$,
-                  'PUBLIC may read the machine definitions, the settings, the global reconcilers, the tenant members and the token epoch, nothing else');
+                           ('idem_machines'), ('idem_settings'), ('idem_token_epoch')$$,
+                  'PUBLIC may read the machine definitions, the settings, the global reconcilers and the token epoch, nothing else '
+                  '(a role learns its own tenants from idem_role_tenants)');
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
@@ -100,7 +100,7 @@ SELECT results_eq(
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
              ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'), ('idem_outbox_stuck()'),
-             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'),
+             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'), ('idem_route_hash(text)'),
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
@@ -134,12 +134,12 @@ SELECT idem_attach_machine('sec_attached', 'st', 'sec.m');
 CREATE TEMP TABLE calls (signature text PRIMARY KEY, proname text, sql text);
 INSERT INTO calls VALUES
     ('idem_claim(text,bytea,interval,text,interval,boolean)', 'idem_claim', $$SELECT * FROM idem_claim('sec.n', '\x01')$$),
-    ('idem_complete(text,bigint,jsonb,integer,text)', 'idem_complete', $$SELECT idem_complete('sec.n', 1)$$),
-    ('idem_fail(text,bigint,jsonb,boolean,text,integer)', 'idem_fail', $$SELECT idem_fail('sec.n', 1, '{}')$$),
+    ('idem_complete(text,bigint,jsonb,integer,text,jsonb)', 'idem_complete', $$SELECT idem_complete('sec.n', 1)$$),
+    ('idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)', 'idem_fail', $$SELECT idem_fail('sec.n', 1, '{}')$$),
     ('idem_checkpoint(text,bigint,text,interval,text)', 'idem_checkpoint', $$SELECT idem_checkpoint('sec.n', 1, 'p')$$),
     ('idem_release(text,bigint,text)', 'idem_release', $$SELECT idem_release('sec.n', 1)$$),
     ('idem_mark_unknown(text,bigint,jsonb,text)', 'idem_mark_unknown', $$SELECT idem_mark_unknown('sec.n', 1, '{}')$$),
-    ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'idem_resolve', $$SELECT idem_resolve('sec.n', 'succeeded')$$),
+    ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)', 'idem_resolve', $$SELECT idem_resolve('sec.n', 'succeeded')$$),
     ('idem_lookup(text,text)', 'idem_lookup', $$SELECT * FROM idem_lookup('sec.n')$$),
     ('idem_await(text,text,interval)', 'idem_await', $$SELECT * FROM idem_await('sec.n', '', '0')$$),
     ('idem_inbox_accept(text,text,interval,boolean)', 'idem_inbox_accept', $$SELECT idem_inbox_accept('sec.c', 'm')$$),
@@ -224,9 +224,9 @@ SELECT lives_ok($$SELECT idem_grant('reader', '"regress_idem_sec we''ird; role"'
                 'idem_grant to a role whose name has a quote, a space and a semicolon');
 -- EXECUTE on every function, and no privilege on the tables
 GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, boolean),
-    idem_complete(text, bigint, jsonb, integer, text), idem_fail(text, bigint, jsonb, boolean, text, integer),
+    idem_complete(text, bigint, jsonb, integer, text, jsonb), idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb),
     idem_checkpoint(text, bigint, text, interval, text), idem_release(text, bigint, text),
-    idem_mark_unknown(text, bigint, jsonb, text), idem_resolve(text, idem_status, jsonb, integer, text, boolean),
+    idem_mark_unknown(text, bigint, jsonb, text), idem_resolve(text, idem_status, jsonb, integer, text, boolean, jsonb),
     idem_lookup(text, text), idem_await(text, text, interval),
     idem_inbox_accept(text, text, interval, boolean), idem_inbox_accept_seq(text, text, bigint, boolean),
     idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
@@ -259,8 +259,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$
     $$VALUES ('function idem_await(text,text,interval)', 'EXECUTE'),
              ('function idem_checkpoint(text,bigint,text,interval,text)', 'EXECUTE'),
              ('function idem_claim(text,bytea,interval,text,interval,boolean)', 'EXECUTE'),
-             ('function idem_complete(text,bigint,jsonb,integer,text)', 'EXECUTE'),
-             ('function idem_fail(text,bigint,jsonb,boolean,text,integer)', 'EXECUTE'),
+             ('function idem_complete(text,bigint,jsonb,integer,text,jsonb)', 'EXECUTE'),
+             ('function idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)', 'EXECUTE'),
              ('function idem_lookup(text,text)', 'EXECUTE'),
              ('function idem_mark_unknown(text,bigint,jsonb,text)', 'EXECUTE'),
              ('function idem_release(text,bigint,text)', 'EXECUTE'),
@@ -269,7 +269,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_client')$$
     'client: the owner calls, lookup and await; SELECT, INSERT, UPDATE, DELETE on the records');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reconciler')$$,
     $$VALUES ('function idem_lookup(text,text)', 'EXECUTE'),
-             ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean)', 'EXECUTE'),
+             ('function idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('table idem_outbox', 'SELECT'),
              ('table idempotency_records', 'SELECT, UPDATE'),
@@ -352,8 +352,8 @@ SELECT is_empty($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress
                 'EXECUTE without table privileges is not enough: the functions run as the caller (42501)');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_client') c$$,
     $$VALUES ('idem_await(text,text,interval)'), ('idem_checkpoint(text,bigint,text,interval,text)'),
-             ('idem_claim(text,bytea,interval,text,interval,boolean)'), ('idem_complete(text,bigint,jsonb,integer,text)'),
-             ('idem_fail(text,bigint,jsonb,boolean,text,integer)'), ('idem_lookup(text,text)'),
+             ('idem_claim(text,bytea,interval,text,interval,boolean)'), ('idem_complete(text,bigint,jsonb,integer,text,jsonb)'),
+             ('idem_fail(text,bigint,jsonb,boolean,text,integer,jsonb)'), ('idem_lookup(text,text)'),
              ('idem_mark_unknown(text,bigint,jsonb,text)'), ('idem_release(text,bigint,text)')$$,
     'client: claim, the owner calls, lookup and await; nothing else');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reader') c$$,
@@ -362,7 +362,7 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
     $$VALUES ('idem_await(text,text,interval)'), ('idem_lookup(text,text)')$$,
     'the role with the odd name got what a reader gets');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_reconciler') c$$,
-    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)')$$,
+    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)')$$,
     'reconciler: resolve and lookup');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_consumer') c$$,
     $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_seq(text,text,bigint,boolean)'),

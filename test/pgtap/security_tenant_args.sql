@@ -15,7 +15,7 @@
 -- Everything, roles included, is rolled back.  Keys are prefixed "targ.",
 -- roles are regress_idem_targ_*.
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 SET LOCAL statement_timeout = '60s';
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql pg_catalog.text) RETURNS pg_catalog.text LANGUAGE plpgsql AS $fn$
@@ -65,6 +65,10 @@ SELECT throws_ok($$SELECT idem_grant_tenant('t2', 'regress_idem_targ_a')$$, '425
 SELECT throws_ok($$INSERT INTO idem_tenant_members VALUES ('regress_idem_targ_a', 't2')$$, '42501', NULL,
                  'nor write the table');
 SELECT is(idem_role_tenants(), '{t1}'::text[], 'idem_role_tenants: the current role''s tenants');
+SELECT throws_ok($$SELECT * FROM idem_tenant_members$$, '42501', NULL,
+                 'a role cannot read idem_tenant_members (another role''s tenants are not its business)');
+SET LOCAL ROLE regress_idem_targ_none;
+SELECT is(idem_role_tenants(), '{}'::text[], 'a role allowed no tenant has none');
 RESET ROLE;
 
 -- 2. every function with the argument alone ------------------------------------------------------

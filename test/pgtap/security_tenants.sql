@@ -65,7 +65,7 @@ SELECT set_eq(
       JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
       WHERE has_function_privilege('regress_idem_ten_rec', p.oid, 'EXECUTE')
         AND NOT has_function_privilege('regress_idem_ten_nobody', p.oid, 'EXECUTE')$$,
-    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean)')$$,
+    $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)')$$,
     'global_reconciler may execute idem_lookup and idem_resolve, and nothing else that others may not');
 SELECT set_eq(
     $$SELECT c.relname::text, m.privilege FROM pg_class c
@@ -83,8 +83,8 @@ SELECT results_eq(
       WHERE attrelid = 'idempotency_records'::regclass AND attnum > 0 AND NOT attisdropped
         AND has_column_privilege('regress_idem_ten_rec', attrelid, attnum, 'UPDATE')
       ORDER BY 1$$,
-    $$VALUES ('completed_at'), ('error'), ('expires_at'), ('response_code'), ('result'),
-             ('retryable'), ('status'), ('updated_at')$$,
+    $$VALUES ('completed_at'), ('error'), ('expires_at'), ('response_code'), ('response_headers'),
+             ('result'), ('retryable'), ('status'), ('updated_at')$$,
     'and update only the columns idem_resolve writes');
 SELECT lives_ok($$SELECT idem_tenant_isolation()$$, 'tenant isolation on');
 
@@ -297,7 +297,8 @@ SELECT results_eq($$SELECT scope COLLATE "default", reason FROM idem_stuck WHERE
 SELECT results_eq($$SELECT DISTINCT scope COLLATE "default" FROM idem_summary WHERE scope IN ('t1', 't2', 't10') ORDER BY 1$$,
                   $$VALUES ('t1'), ('t10'), ('t2')$$, 'idem_summary counts every tenant');
 SELECT is((SELECT error FROM idem_lookup('ten.u', 't2')), '{"timeout": true}'::jsonb, 'it looks up t2''s unknown record');
-SELECT lives_ok($$SELECT idem_resolve('ten.u', 'succeeded', '{"charged": true}', 201, scope => 't1/orders')$$,
+SELECT lives_ok($$SELECT idem_resolve('ten.u', 'succeeded', '{"charged": true}', 201, scope => 't1/orders',
+                                      headers => '{"Location": "/charges/1"}')$$,
                 'it resolves t1/orders''s unknown record');
 SELECT lives_ok($$SELECT idem_resolve('ten.u', 'failed', '{"charged": false}', scope => 't2', retryable => true)$$,
                 'and t2''s');

@@ -116,6 +116,24 @@ SELECT idem_transition('"Sch ""ema""; x"."Orders ""2024"""', ARRAY['1', 'eu'], '
 SELECT idem_transition('"Sch ""ema""; x"."Orders ""2024"""', ARRAY['2', 'eu'], 'paid');
 SQL
 
+# A backup taken by a role that reads all data (no superuser, no BYPASSRLS),
+# in a database without isolation: nothing of the extension is behind
+# row-level security then, idem_tenant_members included (idem_role_tenants
+# reads it for the other roles), and its rows are in the dump.
+my $backup_dump = PostgreSQL::Test::Utils::tempdir . '/by_backup.sql';
+$node->safe_psql('postgres', 'CREATE DATABASE backup_source');
+$node->safe_psql('backup_source', q{
+	CREATE EXTENSION idempotency;
+	CREATE ROLE backup LOGIN;
+	GRANT pg_read_all_data TO backup;
+	CREATE ROLE app_t9;
+	SELECT idem_grant_tenant('t9', 'app_t9');
+});
+$node->command_ok(
+	[ 'pg_dump', '-U', 'backup', '-f', $backup_dump, '-d', $node->connstr('backup_source') ],
+	'pg_dump by a role with pg_read_all_data works');
+like(slurp_file($backup_dump), qr/^app_t9\tt9$/m, 'and the dump holds the tenant members');
+
 # Grants and tenant isolation (forced row-level security on the three tables).
 $node->safe_psql('source', <<'SQL');
 CREATE ROLE tenant_app;

@@ -103,7 +103,11 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        -- added by 0.2.0 (the outbox, issue 15)
        AND c.relname NOT IN ('idem_outbox', 'idem_outbox_seq', 'idem_outbox_token')
     UNION ALL
-    SELECT 'acl ' || p.oid::regprocedure || ' ' || coalesce(p.proacl::text, '-')
+    -- 0.2.0 gives three functions a last argument, headers (issue 14): they
+    -- are new functions, which must have the old ones' grants
+    SELECT 'acl ' || CASE WHEN p.proname IN ('idem_complete', 'idem_fail', 'idem_resolve')
+                          THEN p.proname::text ELSE p.oid::regprocedure::text END
+           || ' ' || coalesce(p.proacl::text, '-')
       FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
        AND p.proname NOT IN ('idem_version', 'idem_records_removed', 'idem_records_truncated',
                               'idem_records_rekeyed', 'idem_enforce_initial_state',
@@ -117,6 +121,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
                               'idem_apply_tenant_members')
        -- added by 0.2.0 (the outbox, issue 15)
        AND p.proname NOT LIKE 'idem\_outbox\_%'
+       -- added by 0.2.0 (routing, issue 16)
+       AND p.proname <> 'idem_route_hash'
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
@@ -127,8 +133,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND t.tgname NOT LIKE 'zz\_idem\_machine\_%\_inserted'
     UNION ALL
     SELECT 'policy ' || polrelid::regclass || ' ' || polname FROM pg_policy
-     -- the outbox and its policy are added by 0.2.0 (issue 15)
-     WHERE polrelid::regclass::text <> 'idem_outbox'
+     -- tables added by 0.2.0 (tenants, issue 14; the outbox, issue 15)
+     WHERE polrelid::regclass::text NOT IN ('idem_global_reconcilers', 'idem_tenant_members', 'idem_outbox')
     UNION ALL
     SELECT 'epoch ' || last_value || ' ' || is_called FROM idem_token_epoch
 ) lines
@@ -142,7 +148,9 @@ sub snapshot
 {
 	my ($db) = @_;
 	my $out = $node->safe_psql($db, $state_sql) . "\n";
-	$out .= "$_: " . $node->safe_psql($db, "SELECT string_agg(t::text, E'\\n' ORDER BY t::text) FROM $_ t") . "\n"
+	# as JSON without the column 0.2.0 adds to the records (issue 14)
+	$out .= "$_: " . $node->safe_psql($db,
+		"SELECT string_agg((to_jsonb(t) - 'response_headers')::text, E'\\n' ORDER BY (to_jsonb(t) - 'response_headers')::text) FROM $_ t") . "\n"
 	  for @tables;
 	return $out;
 }
@@ -156,6 +164,14 @@ like($err, qr/WARNING:  extension "idempotency" is at version "0\.1\.0", older t
 like($err, qr/HINT:  Run ALTER EXTENSION idempotency UPDATE in this database\./, 'with the hint to update');
 is(scalar(() = $err =~ /WARNING/g), 1, 'once per session');
 is($out, "1\n1", 'and the 0.1.0 functions work with the new library');
+is( $node->safe_psql('upgraded', q{
+		SELECT outcome || ' ' || response_code || ' ' || result::text FROM idem_claim('done', idem_fingerprint('a'))}),
+	'replay 201 {"order_id": 7}', 'a claim on 0.1.0 replays with the new library (its row has no headers)');
+
+# A dump taken before the update, restored further down.
+my $dump_010 = PostgreSQL::Test::Utils::tempdir . '/upgraded-0.1.0.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-f', $dump_010, '-d', $node->connstr('upgraded') ],
+	'pg_dump -Fc of the database at 0.1.0');
 
 $node->safe_psql('upgraded', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('upgraded', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
@@ -190,6 +206,30 @@ is( $node->safe_psql('upgraded',
 		         postgresql_major = current_setting('server_version_num')::int / 10000
 		    FROM idem_version()}),
 	't|t|t', 'idem_version(): the SQL objects and the library agree');
+
+# The headers (issue 14): the new functions kept the old ones' grants as
+# grants, not as initial privileges of the extension, so a dump writes them
+# out; and they save headers that a replay gives back.
+my $dump = `pg_dump --schema-only --dbname="@{[ $node->connstr('upgraded') ]}"`;
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_complete\(.*, headers jsonb\) TO app;$/m,
+	'a dump grants the new idem_complete to the client granted the old one');
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_fail\(.*, headers jsonb\) TO app;$/m, 'and idem_fail');
+like($dump, qr/^GRANT ALL ON FUNCTION public\.idem_resolve\(.*, headers jsonb\) TO ops;$/m,
+	'and idem_resolve to the reconciler');
+is( $node->safe_psql('upgraded', q{
+		SELECT string_agg(p.proname || ' ' || i.initprivs::text, ',' ORDER BY p.proname)
+		  FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid
+		 WHERE p.proname IN ('idem_complete', 'idem_fail', 'idem_resolve')}),
+	join(',', map { "$_ {postgres=X/postgres}" } qw(idem_complete idem_fail idem_resolve)),
+	'their initial privileges are those of a fresh install');
+is( $node->safe_psql('upgraded', q{
+		SELECT idem_complete('running', 1, '{"order_id": 8}', 201,
+		                     headers => '{"Location": "/orders/8", "X-Request-Id": "r-8"}');
+		SELECT outcome || ' ' || response_code || ' ' || response_headers::text
+		  FROM idem_claim('running', idem_fingerprint('e'));
+		SELECT response_headers::text FROM idem_lookup('running')}),
+	qq{\nreplay 201 {"Location": "/orders/8", "X-Request-Id": "r-8"}\n{"Location": "/orders/8", "X-Request-Id": "r-8"}},
+	'a record claimed on 0.1.0 is completed with headers after the update, and replays them');
 
 # Machines still enforce and log; tenants are still isolated.
 ($ret, $out, $err) = $node->psql('upgraded', q{UPDATE payments SET status = 'REFUNDED' WHERE id = 'p2'});
@@ -324,6 +364,32 @@ like($chained_dump, qr/CREATE FUNCTION public\.idem_claim/, 'the binary-upgrade 
 is($chained_dump, schema_dump('fresh', '--binary-upgrade'),
 	'pg_dump --schema-only --binary-upgrade: the same for both');
 is(schema_dump('chained'), schema_dump('fresh'), 'pg_dump --schema-only: the same for both');
+
+# Restoring the dump of 0.1.0 into this build.  pg_dump writes CREATE
+# EXTENSION without a version, so a plain restore makes 0.2.0, and the
+# dump's grants on the old argument lists of idem_complete, idem_fail and
+# idem_resolve fail: the roles lose them.  The README's way: create the
+# extension at the dump's version first, restore, then update.
+my $new_complete = 'idem_complete(text,bigint,jsonb,integer,text,jsonb)';
+my $new_resolve = 'idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)';
+my $records = $node->safe_psql('upgraded', 'SELECT count(*) FROM idempotency_records');
+$node->safe_psql('postgres', 'CREATE DATABASE restored_plain');
+my (undef, $restore_err) = run_command([ 'pg_restore', '-d', $node->connstr('restored_plain'), $dump_010 ]);
+like($restore_err, qr/function public\.idem_complete\(text, bigint, jsonb, integer, text\) does not exist/,
+	'a plain restore of the 0.1.0 dump fails to grant the old idem_complete');
+is($node->safe_psql('restored_plain', qq{SELECT has_function_privilege('app', '$new_complete', 'EXECUTE')}),
+	'f', 'and the client has lost it');
+
+$node->safe_psql('postgres', 'CREATE DATABASE restored_010');
+$node->safe_psql('restored_010', q{CREATE EXTENSION idempotency VERSION '0.1.0'});
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored_010'), $dump_010 ],
+	'into a database with the extension created at 0.1.0, the dump restores without an error');
+$node->safe_psql('restored_010', 'ALTER EXTENSION idempotency UPDATE');
+is( $node->safe_psql('restored_010', qq{
+		SELECT has_function_privilege('app', '$new_complete', 'EXECUTE'),
+		       has_function_privilege('ops', '$new_resolve', 'EXECUTE'),
+		       (SELECT count(*) FROM idempotency_records) = $records}),
+	't|t|t', 'and after the update the client and the reconciler keep the new functions, and the records are all there');
 
 $node->stop;
 done_testing();

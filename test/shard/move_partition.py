@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Move one partition of a sharded deployment to another shard (issue 16,
+README "Scaling out", "Moving a partition").
+
+The partition map is the proxy's (the foreign server "idempotency" of
+idempotency_router); the source is the shard the partition is on now, the
+target another shard of the map.  While clients keep calling through the
+proxy:
+
+  1. freeze   on the source, in one transaction: a trigger per table that
+              refuses every INSERT and UPDATE of a row of the partition
+              with SQLSTATE 40001 (retryable: the caller retries the call,
+              which runs on the target once the map is switched).  Creating
+              it waits for the transactions that are writing those tables and
+              holds back new writers for that moment, so once it commits no
+              key of the partition changes on the source any more.
+  2. copy     the partition's rows of every table (the records, the inbox,
+              the inbox streams and the business tables named with --table)
+              to the target in one transaction, with the target's token
+              epoch raised to the source's (tokens of keys the target claims
+              anew stay above every token the source issued), and any fence
+              of an earlier move of the partition away from the target
+              dropped (the unfreeze on the target).  The target must hold no
+              row of the partition yet.
+  3. switch   the proxy's map: ALTER SERVER idempotency (through
+              idem_router_set_partition); PL/Proxy reads it at the next call
+              of every session.
+  4. clean    delete the partition's rows on the source.  The fence stays:
+              a caller that still routes to the source (another proxy that
+              has not switched) is refused, never served from stale rows,
+              so no key is ever claimed on two shards and a stale owner
+              can complete nothing there.  Tokens stay fenced: a record
+              moves with its token, and on the target an owner call matches
+              only that token.
+
+The freeze window (from the fence's commit to the switch's) is printed.
+A failure before the switch leaves the partition frozen on the source and
+nothing switched: run again after fixing the cause (the target's partial
+copy was rolled back).
+
+  test/shard/move_partition.py --proxy DSN --partition N --to SHARD
+      [--table TABLE:SCOPE_COLUMN ...]
+
+SHARD is a connection string exactly as in the map (idem_router_partitions()
+on the proxy).  The shards' connection strings are used as they are, with
+the user of the environment (PGUSER); the script needs superuser rights on
+the shards (triggers on the extension's tables, session_replication_role
+for the copy, which keeps the records' triggers from judging copied rows as
+new ones).
+"""
+
+import argparse
+import sys
+import time
+
+import psycopg
+from psycopg import sql
+
+# The extension's own tables and the column that routes their rows.
+OWN_TABLES = [("idempotency_records", "scope"), ("idem_inbox", "consumer"),
+              ("idem_inbox_streams", "consumer")]
+
+REFUSE = """
+CREATE SCHEMA IF NOT EXISTS idem_move;
+CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
+        USING ERRCODE = 'serialization_failure',
+              DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
+              HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
+END $$;
+"""
+
+
+def fence_name(partition, partitions):
+    return "idem_move_p%d_of_%d" % (partition, partitions)
+
+
+def ext_schema(conn):
+    row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
+                       " WHERE extname = 'idempotency'").fetchone()
+    if row is None:
+        raise SystemExit("move_partition: no extension idempotency on a shard")
+    return row[0]
+
+
+def tables_of(conn, schema, extra):
+    """(qualified table, routing column) of every table to move."""
+    out = [(sql.Identifier(schema, t), c) for t, c in OWN_TABLES]
+    for spec in extra:
+        table, _, column = spec.partition(":")
+        if not column:
+            raise SystemExit("move_partition: --table needs TABLE:SCOPE_COLUMN, not %r" % spec)
+        oid = conn.execute("SELECT to_regclass(%s)::oid", (table,)).fetchone()[0]
+        if oid is None:
+            raise SystemExit("move_partition: no table %s on the source" % table)
+        nsp, rel = conn.execute("SELECT n.nspname, c.relname FROM pg_class c"
+                                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+                                (oid,)).fetchone()
+        out.append((sql.Identifier(nsp, rel), column))
+    return out
+
+
+def in_partition(schema, column, partition, partitions, row=None):
+    """The condition of a row of the partition (of the trigger's row NEW)."""
+    col = sql.Identifier(row, column) if row else sql.Identifier(column)
+    return sql.SQL("({}.idem_route_hash({}) & {}) = {}").format(
+        sql.Identifier(schema), col, sql.Literal(partitions - 1), sql.Literal(partition))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--proxy", required=True, help="libpq connection string of the proxy database")
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--to", required=True, help="the target shard, as in the partition map")
+    p.add_argument("--table", action="append", default=[],
+                   help="a business table and its routing column, TABLE:SCOPE_COLUMN")
+    a = p.parse_args()
+
+    proxy = psycopg.connect(a.proxy, autocommit=True)
+    rows = proxy.execute("SELECT partition, connstr FROM idem_router_partitions()").fetchall()
+    partitions = len(rows)
+    source = dict(rows).get(a.partition)
+    if source is None:
+        raise SystemExit("move_partition: the map has no partition %d" % a.partition)
+    if a.to not in dict(rows).values():
+        raise SystemExit("move_partition: %r is not a shard of the map" % a.to)
+    if a.to == source:
+        raise SystemExit("move_partition: partition %d is on that shard already" % a.partition)
+    name = fence_name(a.partition, partitions)
+
+    src = psycopg.connect(source, autocommit=True, application_name="idem-move")
+    dst = psycopg.connect(a.to, autocommit=True, application_name="idem-move")
+    schema = ext_schema(src)
+    if ext_schema(dst) != schema:
+        raise SystemExit("move_partition: the extension is in another schema on the target")
+    tables = tables_of(src, schema, a.table)
+
+    # 1. freeze
+    started = time.monotonic()
+    with src.transaction():
+        src.execute(REFUSE)
+        for table, column in tables:
+            src.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+            src.execute(sql.SQL(
+                "CREATE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
+                " EXECUTE FUNCTION idem_move.refuse({}, {}, {})").format(
+                    sql.Identifier(name), table,
+                    in_partition(schema, column, a.partition, partitions, "new"),
+                    sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
+                    sql.Literal(column)))
+    frozen = time.monotonic()
+
+    # 2. copy, and the unfreeze on the target, in one transaction there
+    copied = {}
+    with dst.transaction():
+        dst.execute("SET LOCAL session_replication_role = replica")
+        for table, column in tables:
+            dst.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+            if dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+                    table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]:
+                raise SystemExit("move_partition: the target holds rows of partition %d in %s already"
+                                 % (a.partition, table.as_string(dst)))
+        epoch = sql.SQL("SELECT coalesce(pg_sequence_last_value({}), 0)").format(
+            sql.Literal(schema + ".idem_token_epoch"))
+        src_epoch = src.execute(epoch).fetchone()[0]
+        if src_epoch > dst.execute(epoch).fetchone()[0]:
+            dst.execute("SELECT setval(%s, %s)", (schema + ".idem_token_epoch", src_epoch))
+        for table, column in tables:
+            with src.cursor().copy(sql.SQL("COPY (SELECT * FROM {} WHERE {}) TO STDOUT").format(
+                    table, in_partition(schema, column, a.partition, partitions))) as out, \
+                    dst.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(table)) as into:
+                for data in out:
+                    into.write(data)
+            n = dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+                table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
+            copied[table.as_string(dst)] = n
+
+    # 3. switch
+    proxy.execute("SELECT idem_router_set_partition(%s, %s)", (a.partition, a.to))
+    switched = time.monotonic()
+
+    # 4. clean up the source (the fence stays)
+    deleted = 0
+    with src.transaction():
+        for table, column in tables:
+            deleted += src.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
+                table, in_partition(schema, column, a.partition, partitions))).rowcount
+    print("move_partition: partition %d of %d moved: %s; freeze window %.0f ms (fence %.0f ms,"
+          " copy and switch %.0f ms); %d rows deleted on the source"
+          % (a.partition, partitions, ", ".join("%s %d" % kv for kv in copied.items()),
+             (switched - frozen) * 1000, (frozen - started) * 1000, (switched - frozen) * 1000,
+             deleted), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+# Scale-out under load (issue 16): the Jepsen-style checker runs through a
+# PL/Proxy proxy to four shards (16 partitions) while
+#   - a partition moves from shard 1 to shard 2 (test/shard/move_partition.py:
+#     frozen on the source with a retryable SQLSTATE, copied, the proxy's map
+#     switched), and
+#   - shard 0, which runs with a synchronous standby, fails: its primary stops
+#     (immediate) and the standby is promoted; the proxy reaches it through
+#     the multi-host connection string of the map (target_session_attrs=
+#     read-write).
+# The checker's properties must hold: no acknowledged result lost (P2), no
+# key on two shards (P7), no stale token completing (P4), every ambiguous
+# call decided.  Then, without load, a partition moved while its key is
+# owned: the old shard has nothing left to complete (IK004) and refuses new
+# claims of the partition (40001), the record moved with its token, and
+# after a takeover on the new shard the old token stays refused (IK002).
+#
+# Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker and the
+# move script, and python3-psycopg.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use Time::HiRes qw(time sleep);
+
+my $checkout = $ENV{IDEM_CHECKOUT};
+die "IDEM_CHECKOUT must name the checkout (test/run sets it)"
+  unless defined $checkout && -f "$checkout/test/jepsen/checker.py";
+my $checker = "$checkout/test/jepsen/checker.py";
+my $mover = "$checkout/test/shard/move_partition.py";
+my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
+my $nshards = 4;
+
+my @shards;
+for my $i (0 .. $nshards - 1)
+{
+	my $node = PostgreSQL::Test::Cluster->new("shard$i");
+	$node->init(allows_streaming => $i == 0);
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\nmax_connections = 60\n");
+	$node->start;
+	push @shards, $node;
+}
+
+# Shard 0's synchronous standby: a COMMIT returns once the standby has it.
+my $primary = $shards[0];
+$primary->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('shard0s');
+$standby->init_from_backup($primary, 'base', has_streaming => 1);
+$standby->append_conf('postgresql.conf', "max_connections = 60\n");
+$standby->start;
+$primary->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_standby_names = 'shard0s'});
+$primary->reload;
+$primary->poll_query_until('postgres',
+	q{SELECT sync_state = 'sync' FROM pg_stat_replication WHERE application_name = 'shard0s'})
+  or die 'the standby did not become synchronous';
+pass('shard 0 runs with a synchronous standby');
+
+my $proxy = PostgreSQL::Test::Cluster->new('proxy');
+$proxy->init;
+$proxy->append_conf('postgresql.conf', "max_connections = 60\n");
+$proxy->start;
+
+# The shards as the checker and the map see them; shard 0 by both hosts.
+my @shard_dsn = map { 'host=' . $_->host . ' port=' . $_->port . ' user=postgres' } @shards;
+$shard_dsn[0] = 'host=' . $primary->host . ',' . $standby->host . ' port=' . $primary->port . ','
+  . $standby->port . ' user=postgres target_session_attrs=read-write';
+my $proxy_dsn = 'host=' . $proxy->host . ' port=' . $proxy->port . ' user=postgres';
+
+my $histdir = PostgreSQL::Test::Utils::tempdir;
+my ($out, $err) = ('', '');
+my $run = IPC::Run::start(
+	[ $python, $checker, '--dsn', $proxy_dsn, (map { ('--shard-dsn', $_) } @shard_dsn),
+		'--histdir', $histdir, '--clients', 6, '--duration', 40, '--dbname', 'jepsen' ],
+	'>', \$out, '2>', \$err);
+
+# The checker creates its databases, then its clients start.
+$proxy->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_database WHERE datname = 'jepsen'})
+  or die 'the checker did not create its database';
+$proxy->poll_query_until('jepsen',
+	q{SELECT count(*) = 3 FROM pg_proc WHERE pronamespace = to_regnamespace('jepsen')})
+  or die 'the checker did not set up the proxy';
+sleep(5);
+
+# A partition of shard 1 moves to shard 2 under load.
+my %map = map { split /\|/ } split /\n/,
+  $proxy->safe_psql('jepsen', 'SELECT partition, connstr FROM idem_router_partitions()');
+my $partition = 1;
+my $moved = '';
+my $t0 = time;
+IPC::Run::run([ $python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', $partition,
+		'--to', $map{2}, '--table', 'jepsen_business:scope' ],
+	'>', \$moved, '2>&1');
+note($moved);
+like($moved, qr/partition 1 of 16 moved: .*idempotency_records" \d+.*; freeze window \d+ ms/,
+	'a partition moved from shard 1 to shard 2 while the checker ran');
+my ($window) = $moved =~ /freeze window (\d+) ms/;
+note("freeze window: $window ms");
+is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHERE partition = $partition"),
+	$map{2}, '... the proxy\'s map points at shard 2');
+
+# Shard 0 fails over to its synchronous standby under load.
+sleep(4);
+$primary->stop('immediate');
+$standby->promote;
+pass('shard 0\'s primary stopped, its standby promoted, while the checker ran');
+
+$run->finish;
+note($out);
+note($err) if $err ne '';
+is($?, 0, 'the checker through the proxy passed (exit status 0)');
+like($out, qr/violations=P1:0,P2:0,P3:0,P4:0,P5:0,P6:0,P7:0 -> PASS/,
+	'no property violated: no acknowledged result lost, no key on two shards, no stale token completed');
+my ($moves) = $out =~ /(\d+) serialization failures/;
+note("calls refused during the freeze (40001) and retried: $moves");
+like($out, qr/a later replay decided \d+ committed, \d+ not/, 'every ambiguous call was decided by a lookup');
+is($standby->safe_psql('jepsen', q{SELECT pg_is_in_recovery()}), 'f', 'the promoted standby serves shard 0');
+ok($standby->safe_psql('jepsen', q{SELECT count(*) FROM idempotency_records}) > 0,
+	'... with shard 0\'s records');
+is($shards[1]->safe_psql('jepsen',
+		"SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 15) = $partition"),
+	'0', 'the moved partition\'s records are gone from shard 1');
+
+# Fencing across a move, without load: an owner of a key of partition 5
+# (shard 1), a move to shard 3 while it works.
+my $scope = $proxy->safe_psql('jepsen',
+	q{SELECT s FROM (SELECT 'fence-' || i AS s FROM generate_series(1, 1000) i) g
+	   WHERE idem_router_partition(s) = 5 LIMIT 1});
+my $token = $proxy->safe_psql('jepsen', "SELECT token FROM idem_claim('k', '\\x01', '3s', '$scope')");
+IPC::Run::run([ $python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 5,
+		'--to', $map{3} ], '>', \$moved, '2>&1');
+like($moved, qr/partition 5 of 16 moved/, 'a partition with an owned key moved to shard 3');
+my ($o, $e) = ('', '');
+$shards[1]->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_complete('k', $token, '{}', 200, '$scope')",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  IK004: /, 'the old shard has nothing left for the owner to complete (IK004)');
+$shards[1]->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_claim('k2', '\\x01', '3s', '$scope')",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  40001: partition 5 of 16 has moved to another shard/,
+	'... and refuses a new claim of the partition with a retryable 40001 (the fence stays)');
+is($shards[3]->safe_psql('jepsen', "SELECT token || ' ' || status FROM idempotency_records WHERE scope = '$scope' AND key = 'k'"),
+	"$token processing", 'the record moved with its token');
+sleep(3.5);
+my $takeover = $proxy->safe_psql('jepsen', "SELECT outcome || ' ' || token FROM idem_claim('k', '\\x01', '30s', '$scope')");
+like($takeover, qr/^takeover (\d+)$/, 'after the lease, a claim through the proxy takes the key over on shard 3');
+my ($new) = $takeover =~ /(\d+)$/;
+cmp_ok($new, '>', $token, '... with a larger token');
+$proxy->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_complete('k', $token, '{}', 200, '$scope')",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  IK002: /, 'the stale owner is refused through the proxy (IK002) on the new shard');
+
+$proxy->stop;
+$standby->stop;
+$_->stop for @shards[1 .. $#shards];
+done_testing();
