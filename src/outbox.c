@@ -212,10 +212,12 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	scope = idem_arg_scope(fcinfo, 5);
 	available = available_at(fcinfo, 6, now);
 
+	/* in the caller's memory, not SPI's (see idem_outbox_emit_batch) */
+	id = palloc(sizeof(pg_uuid_t));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
-	id = emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
-				  now, available);
+	*id = *emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
+					now, available);
 	idem_store_close(&store);
 	notify_relays();
 	idem_count(IDEM_COUNT_OUTBOX_EMITTED);
@@ -279,6 +281,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 	TimestampTz available;
 	IdemStore	store;
 	Datum	   *ids;
+	pg_uuid_t  *id_values;
 
 	idem_arg_not_null(fcinfo, 0, "topic");
 	topic = check_name(PG_GETARG_TEXT_PP(0), "topic");
@@ -320,7 +323,12 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 		}
 	}
 
+	/*
+	 * The ids are copied here, in the caller's memory: emit_one's come from
+	 * the memory of SPI after the first INSERT, which idem_store_close frees.
+	 */
 	ids = palloc(sizeof(Datum) * Max(n, 1));
+	id_values = palloc(sizeof(pg_uuid_t) * Max(n, 1));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
 	for (int i = 0; i < n; i++)
@@ -328,8 +336,9 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 		text	   *type = (types == NULL || type_nulls[i]) ? NULL : DatumGetTextPP(types[i]);
 		Jsonb	   *header = (headers == NULL || header_nulls[i]) ? NULL : DatumGetJsonbP(headers[i]);
 
-		ids[i] = UUIDPGetDatum(emit_one(&store, scope, topic, DatumGetTextPP(keys[i]),
-										payloads[i], type, header, now, available));
+		id_values[i] = *emit_one(&store, scope, topic, DatumGetTextPP(keys[i]),
+								 payloads[i], type, header, now, available);
+		ids[i] = UUIDPGetDatum(&id_values[i]);
 		CHECK_FOR_INTERRUPTS();
 	}
 	idem_store_close(&store);

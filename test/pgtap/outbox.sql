@@ -9,7 +9,7 @@
 -- test/specs/outbox-relays.spec.  Everything is rolled back; the only
 -- waiting is a sleep past leases of a few milliseconds.
 BEGIN;
-SELECT plan(61);
+SELECT plan(62);
 
 DELETE FROM idem_outbox;
 CREATE TEMP TABLE orders (id text PRIMARY KEY, amount integer NOT NULL CHECK (amount > 0));
@@ -63,6 +63,15 @@ SELECT results_eq($$SELECT aggregateid COLLATE "default", payload::text, type FR
                     WHERE aggregatetype = 'batch' ORDER BY seq$$,
                   $$VALUES ('x'::text, '1'::text, 'T'::text), ('y', '2', 'T'), ('x', '3', 'T')$$,
                   'in array order');
+CREATE TEMP TABLE batch_ids AS
+SELECT u.id, u.n FROM unnest(idem_outbox_emit_batch('batch-ids', ARRAY(SELECT 'k' || g FROM generate_series(1, 500) g),
+                                                    ARRAY(SELECT to_jsonb(g) FROM generate_series(1, 500) g)))
+                      WITH ORDINALITY u(id, n);
+SELECT results_eq($$SELECT b.n, o.aggregateid COLLATE "default" FROM batch_ids b
+                      LEFT JOIN idem_outbox o ON o.id = b.id ORDER BY b.n$$,
+                  $$SELECT g::bigint, 'k' || g FROM generate_series(1, 500) g$$,
+                  'the batch form returns the ids of its messages, in the order of keys');
+DELETE FROM idem_outbox WHERE aggregatetype = 'batch-ids';
 
 -- claim: one per key, in order, one token ---------------------------------------------------
 CREATE TEMP TABLE c1 AS SELECT * FROM idem_outbox_claim('relay-1', 100, '1 hour', '{orders}');
