@@ -473,95 +473,6 @@ CREATE TRIGGER idem_apply_global_reconcilers
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_global_reconcilers
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_apply_global_reconcilers();
 
-CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    s constant text := '@extschema@';
-    functions text;
-    tables text;
-    privileges text;
-BEGIN
-    IF kind IS NULL OR grantee IS NULL THEN
-        RAISE EXCEPTION 'kind and grantee must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    IF grantee OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'grantee must be a role'
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Nothing is granted to PUBLIC: name a role.';
-    END IF;
-    CASE kind
-    WHEN 'client' THEN
-        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
-                            '%1$s.idem_complete(text, bigint, jsonb, integer, text), '
-                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer), '
-                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
-                            '%1$s.idem_release(text, bigint, text), '
-                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
-                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
-        tables := format('%s.idempotency_records', s);
-        privileges := 'SELECT, INSERT, UPDATE, DELETE';
-    WHEN 'reconciler' THEN
-        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
-                            '%1$s.idem_lookup(text, text)', s);
-        tables := format('%s.idempotency_records', s);
-        privileges := 'SELECT, UPDATE';
-        EXECUTE format('GRANT SELECT ON TABLE %s.idem_stuck TO %s', s, grantee);
-    WHEN 'global_reconciler' THEN
-        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean), '
-                            '%1$s.idem_lookup(text, text)', s);
-        tables := format('%s.idempotency_records', s);
-        -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
-        privileges := 'SELECT, UPDATE (status, result, error, response_code, retryable, '
-                      'completed_at, updated_at, expires_at)';
-        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary TO %2$s', s, grantee);
-        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
-                       'VALUES (%s::pg_catalog.oid::pg_catalog.regrole) ON CONFLICT (role) DO NOTHING',
-                       s, grantee::pg_catalog.oid);
-    WHEN 'reader' THEN
-        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
-        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
-        privileges := 'SELECT';
-    WHEN 'consumer' THEN
-        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
-                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
-                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
-                            '%1$s.idem_inbox_watermark(text, text)', s);
-        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
-        privileges := 'SELECT, INSERT, UPDATE';
-    WHEN 'maintenance' THEN
-        functions := format('%s.idem_purge(integer, integer)', s);
-        tables := format('%1$s.idempotency_records, %1$s.idem_inbox', s);
-        privileges := 'SELECT, UPDATE, DELETE';
-        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
-    WHEN 'machine_admin' THEN
-        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
-                            '%1$s.idem_drop_machine(text), '
-                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
-                            '%1$s.idem_detach_machine(regclass, name)', s);
-        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
-        privileges := 'INSERT, UPDATE, DELETE';
-    WHEN 'monitor' THEN
-        functions := format('%s.idem_stats_reset()', s);
-        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary', s);
-        privileges := 'SELECT';
-    ELSE
-        RAISE EXCEPTION 'unknown kind of user "%"', kind
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'The kinds are client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin and monitor.';
-    END CASE;
-    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
-    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
-    'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor';
-
 /*
  * Tenant as an argument (issue 14): a role allowed a tenant works in that
  * tenant's scopes without idempotency.scope, so that a step of a multi-phase
@@ -1570,9 +1481,10 @@ END
 $isolate$;
 
 /*
- * idem_grant with the new argument lists of idem_complete, idem_fail and
- * idem_resolve, the global reconciler's UPDATE on response_headers
- * (idem_resolve sets it), and the outbox kinds emitter and relay (issue 15).
+ * idem_grant, defined once for 0.2.0: the kind global_reconciler (above),
+ * the new argument lists of idem_complete, idem_fail and idem_resolve, the
+ * global reconciler's UPDATE on response_headers (idem_resolve sets it), and
+ * the outbox kinds emitter and relay (issue 15).
  */
 CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
 RETURNS void
