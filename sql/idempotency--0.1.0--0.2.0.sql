@@ -787,9 +787,11 @@ COMMENT ON FUNCTION @extschema@.idem_resolve(text, @extschema@.idem_status, json
  * change data capture can route the table without a relay.  The rest is the
  * relay protocol:
  *
- *   seq          order of emits (idem_outbox_seq); per (topic, key) a message
- *                is handed out only when no earlier one is pending or in
- *                flight and none of its key is in flight
+ *   seq          order of emits (idem_outbox_seq); per (scope, topic, key) a
+ *                message is handed out only when no earlier one is pending
+ *                or in flight and none of its key is in flight.  Emits of
+ *                one key are serialized by a lock (src/outbox.c), so that
+ *                per key seq order is commit order
  *   token        the fencing token of the claim that last handed it out
  *                (idem_outbox_token, one per claimed batch, never repeated)
  *   available_at when it may be handed out; NULL once published or dead, so
@@ -822,7 +824,7 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_token', '');
 
 CREATE TABLE @extschema@.idem_outbox (
     id               uuid NOT NULL,
-    seq              bigint NOT NULL,
+    seq              bigint NOT NULL DEFAULT pg_catalog.nextval('@extschema@.idem_outbox_seq'::pg_catalog.regclass),
     token            bigint NOT NULL DEFAULT 0,
     created_at       timestamptz NOT NULL,
     available_at     timestamptz,
@@ -851,7 +853,7 @@ CREATE TABLE @extschema@.idem_outbox (
 COMMENT ON TABLE @extschema@.idem_outbox IS
     'transactional outbox: messages committed with the business change, published by relays (idem_outbox_claim / ack / nack)';
 COMMENT ON COLUMN @extschema@.idem_outbox.aggregatetype IS 'the topic (Debezium outbox router: aggregatetype)';
-COMMENT ON COLUMN @extschema@.idem_outbox.aggregateid IS 'the message key; per (topic, key) the order of emits is kept (Debezium: aggregateid)';
+COMMENT ON COLUMN @extschema@.idem_outbox.aggregateid IS 'the message key; per (scope, topic, key) the order of emits is kept (Debezium: aggregateid)';
 COMMENT ON COLUMN @extschema@.idem_outbox.seq IS 'order of emits (idem_outbox_seq)';
 COMMENT ON COLUMN @extschema@.idem_outbox.token IS 'fencing token of the claim that last handed the message out; 0 before the first';
 COMMENT ON COLUMN @extschema@.idem_outbox.available_at IS 'when the message may be handed out (delay, back-off); NULL once published or dead';
@@ -865,8 +867,10 @@ COMMENT ON COLUMN @extschema@.idem_outbox.last_error IS 'the error of the last n
 -- at one time has one available_at: seq keeps the scan from sorting it)
 CREATE INDEX idem_outbox_available ON @extschema@.idem_outbox (available_at, seq)
     WHERE available_at IS NOT NULL;
--- claim: the live messages of a key, in emit order (head of line)
-CREATE INDEX idem_outbox_key ON @extschema@.idem_outbox (aggregatetype, aggregateid, seq)
+-- claim: the live messages of a key, in emit order (head of line); the
+-- scope is part of the key, so that one tenant's messages never hold up
+-- another's
+CREATE INDEX idem_outbox_key ON @extschema@.idem_outbox (aggregatetype, aggregateid, scope, seq)
     WHERE available_at IS NOT NULL;
 -- purge: published messages, in time order
 CREATE INDEX idem_outbox_created_at ON @extschema@.idem_outbox
@@ -918,17 +922,23 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_emit_batch(text, text[], jsonb[], te
  *
  * A claim hands out up to batch messages that are available (pending and
  * due, or in flight with an expired lease) and at the head of their key:
- * no earlier live message of the same (topic, key), and no message of that
- * key in flight.  Rows another claim has locked are skipped (SKIP LOCKED);
- * a row changed by a claim that committed after this statement's snapshot
- * is checked again in its new version (EvalPlanQual), so a message already
- * in flight is not handed out twice.  The head-of-line test reads the
- * statement's snapshot, and that errs only on the safe side: a message of
- * the key that the snapshot sees pending or in flight may since have been
- * published, never the reverse, because published is final and a dead
- * message that idem_outbox_retry puts back gets a new seq, after everything
- * of its key.  So under READ COMMITTED two relays never have two messages
- * of one key in flight (test/specs/outbox-relays.spec).
+ * no earlier live message of the same (scope, topic, key), and no message
+ * of that key in flight.  Rows another claim has locked are skipped (SKIP
+ * LOCKED); a row changed by a claim that committed after this statement's
+ * snapshot is checked again in its new version (EvalPlanQual), so a message
+ * already in flight is not handed out twice.
+ *
+ * The head-of-line test reads the statement's snapshot.  That is safe
+ * because emits of one key are serialized until commit (src/outbox.c): a
+ * snapshot that sees a message of a key sees every earlier one, so the head
+ * it finds is the real head, or one that another claim holds (locked,
+ * skipped) or has since published.  Without that lock a later message that
+ * committed first could be handed out while an earlier one was still
+ * uncommitted, and two relays could each hold one message of a key
+ * (test/specs/outbox-relays.spec has both cases).  A message in flight whose
+ * lease ran out is taken over even with an earlier live message of its key
+ * (which the lock rules out, but rows copied in by hand may not), so that
+ * no key can be stuck behind a dead relay's message.
  *
  * The whole batch gets one token of the sequence idem_outbox_token, drawn only when
  * the batch has messages.  A message taken over whose attempts have reached
@@ -991,18 +1001,22 @@ BEGIN
           AND (o.status = 'pending'
                OR (o.status = 'in_flight' AND o.lease_expires_at <= now_ts))
           AND (topics IS NULL OR o.aggregatetype = ANY (topics))
-          -- no earlier live message of the key
+          -- no earlier live message of the key (an expired lease is
+          -- taken over regardless)
+          AND (o.status = 'in_flight'
+               OR NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
+                              WHERE p.aggregatetype = o.aggregatetype
+                                AND p.aggregateid = o.aggregateid
+                                AND p.scope = o.scope
+                                AND p.available_at IS NOT NULL
+                                AND p.seq < o.seq
+                              OFFSET 0))
+          -- and no later one of the key in flight (a dead message put back
+          -- by idem_outbox_retry comes after those emitted meanwhile)
           AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
                           WHERE p.aggregatetype = o.aggregatetype
                             AND p.aggregateid = o.aggregateid
-                            AND p.available_at IS NOT NULL
-                            AND p.seq < o.seq
-                          OFFSET 0)
-          -- and none of the key in flight (a later one, emitted by a
-          -- transaction that committed first)
-          AND NOT EXISTS (SELECT FROM @extschema@.idem_outbox p
-                          WHERE p.aggregatetype = o.aggregatetype
-                            AND p.aggregateid = o.aggregateid
+                            AND p.scope = o.scope
                             AND p.available_at IS NOT NULL
                             AND p.seq > o.seq
                             AND p.status = 'in_flight'
@@ -1240,7 +1254,8 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_nack(uuid, bigint, jsonb, interval) 
 /*
  * An operator puts a dead message back: pending at once, its attempts
  * counted from 0, and a new seq, so that it goes after everything its key
- * emitted meanwhile (those were published while it was dead).
+ * emitted meanwhile (those were published while it was dead).  The new seq
+ * is drawn under the emits' lock on the key, as an emit's is.
  */
 CREATE FUNCTION @extschema@.idem_outbox_retry(id uuid)
 RETURNS void
@@ -1251,9 +1266,15 @@ AS $function$
 DECLARE
     now_ts constant timestamptz := clock_timestamp();
     current_status @extschema@.idem_outbox_status;
+    m record;
 BEGIN
     IF id IS NULL THEN
         RAISE EXCEPTION 'id must not be null' USING ERRCODE = '22004';
+    END IF;
+    SELECT o.scope, o.aggregatetype, o.aggregateid INTO m
+    FROM @extschema@.idem_outbox o WHERE o.id = idem_outbox_retry.id;
+    IF FOUND THEN
+        PERFORM @extschema@.idem_outbox_lock_key(m.scope, m.aggregatetype, m.aggregateid);
     END IF;
     UPDATE @extschema@.idem_outbox o
     SET status = 'pending', available_at = now_ts, attempts = 0, updated_at = now_ts,
@@ -1278,6 +1299,15 @@ $function$;
 COMMENT ON FUNCTION @extschema@.idem_outbox_retry(uuid) IS
     'put a dead outbox message back: pending now, attempts from 0, after the messages its key emitted meanwhile';
 
+-- the emits' lock on a key (src/outbox.c), for idem_outbox_retry
+CREATE FUNCTION @extschema@.idem_outbox_lock_key(scope text, topic text, key text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_outbox_lock_key'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_lock_key(text, text, text) IS
+    'take the lock that serializes the emits of one (scope, topic, key) until the end of the transaction; used by idem_outbox_retry';
+
 -- the relay functions' counts in idem_stats (a no-op without preloading)
 CREATE FUNCTION @extschema@.idem_outbox_counted(counter text, n bigint)
 RETURNS void
@@ -1297,6 +1327,7 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_outbox_ack(uuid[], bigint),
     @extschema@.idem_outbox_nack(uuid, bigint, jsonb, interval),
     @extschema@.idem_outbox_retry(uuid),
+    @extschema@.idem_outbox_lock_key(text, text, text),
     @extschema@.idem_outbox_counted(text, bigint)
 FROM PUBLIC;
 
@@ -1372,7 +1403,14 @@ ORDER BY created_at;
 COMMENT ON VIEW @extschema@.idem_stuck IS
     'work that needs a person or a reconciler: unknown outcomes, abandoned leases, dead outbox messages and messages not published after idempotency.outbox_stuck_after, oldest first';
 
--- roles that read idem_stuck, and maintenance roles (they purge the outbox now)
+/*
+ * The roles that idem_grant made readers of idem_stuck (reader, monitor,
+ * reconciler: they read the records' results already) now read the outbox
+ * too, and maintenance roles purge it.  A role is taken for one of those
+ * kinds only when it holds all that the kind got in 0.1.0, so that a role
+ * granted one of these privileges by hand (SELECT on idem_stuck for a
+ * dashboard, DELETE on idem_inbox for a cleanup job) gets nothing more.
+ */
 DO $grants$
 DECLARE
     r record;
@@ -1384,6 +1422,7 @@ BEGIN
           AND a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
           AND a.grantee OPERATOR(pg_catalog.<>) 0
           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+          AND pg_catalog.has_table_privilege(a.grantee, '@extschema@.idempotency_records', 'SELECT')
     LOOP
         EXECUTE pg_catalog.format('GRANT SELECT ON TABLE @extschema@.idem_outbox TO %s', r.role);
     END LOOP;
@@ -1394,6 +1433,8 @@ BEGIN
           AND a.privilege_type OPERATOR(pg_catalog.=) 'DELETE'
           AND a.grantee OPERATOR(pg_catalog.<>) 0
           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+          AND pg_catalog.has_table_privilege(a.grantee, '@extschema@.idempotency_records', 'DELETE')
+          AND pg_catalog.has_function_privilege(a.grantee, '@extschema@.idem_purge(integer, integer)', 'EXECUTE')
     LOOP
         EXECUTE pg_catalog.format('GRANT SELECT, UPDATE, DELETE ON TABLE @extschema@.idem_outbox TO %s', r.role);
     END LOOP;
@@ -1566,13 +1607,18 @@ BEGIN
         functions := format('%1$s.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval), '
                             '%1$s.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval)', s);
         tables := format('%s.idem_outbox', s);
-        privileges := 'INSERT';
+        -- only the columns an emit sets: status, seq, token, lease and
+        -- attempts take their defaults, so an emitter cannot write a
+        -- message in flight or ahead of others of its key
+        privileges := 'INSERT (id, created_at, available_at, updated_at, scope, '
+                      'aggregatetype, aggregateid, type, headers, payload)';
         EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_outbox_seq TO %s', s, grantee);
     WHEN 'relay' THEN
         functions := format('%1$s.idem_outbox_claim(text, integer, interval, text[]), '
                             '%1$s.idem_outbox_ack(uuid[], bigint), '
                             '%1$s.idem_outbox_nack(uuid, bigint, jsonb, interval), '
                             '%1$s.idem_outbox_retry(uuid), '
+                            '%1$s.idem_outbox_lock_key(text, text, text), '
                             '%1$s.idem_outbox_check_token(uuid, bigint, text), '
                             '%1$s.idem_outbox_counted(text, bigint)', s);
         tables := format('%s.idem_outbox', s);

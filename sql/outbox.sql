@@ -191,7 +191,7 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('pending, never claimed', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'fresh')], 1)$$, 'IK002'),
     ('pending behind its key', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'k1a'), (SELECT id FROM fx WHERE name = 'k1b')], 1)$$, 'IK002'),
     ('dead, its own token', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'k3')], 2)$$,   'IK003'),
-    ('published, older token', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'k3')], 1)$$, 'IK002'),
+    ('published, another token', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'k2')], 2)$$, 'IK002'),
     ('published: a repeat', $$SELECT idem_outbox_ack(ARRAY[(SELECT id FROM fx WHERE name = 'k2')], 1)$$,   '00000'),
     ('no ids',              $$SELECT idem_outbox_ack('{}', 1)$$,                                  '00000')
 ) AS c(input, sql, expected);

@@ -11,9 +11,21 @@
  * and triggers apply as to the caller's own INSERT.  The id is a UUID of
  * version 7 (a millisecond timestamp, then random bits), so that the primary
  * key grows at its right edge like a sequence instead of at random pages.
- * The order of emits is the seq column, drawn from idem_outbox_seq in the
- * INSERT: per (topic, key), relays hand messages out in seq order (the
- * claim's head-of-line rule, in the install script).
+ * The order of emits is the seq column, drawn from idem_outbox_seq by the
+ * column's default during the INSERT: per (scope, topic, key), relays hand
+ * messages out in seq order (the claim's head-of-line rule, in the install
+ * script).
+ *
+ * Locking: before its INSERT, an emit takes a transaction-level lock on its
+ * (scope, topic, key), an advisory lock of class OUTBOX_KEY_LOCK_CLASS.  So
+ * two transactions that emit to one key are serialized until the first
+ * ends, and per key the order of seq is the order of commits: a snapshot
+ * that sees a message sees every earlier message of its key.  Without it a
+ * later seq could commit first, be handed out, and then fence in the
+ * earlier one for ever (the claim waits behind the earlier one, which waits
+ * behind the one in flight).  A batch takes the locks of its keys in the
+ * order of their hashes, so that two batches never deadlock each other;
+ * idem_outbox_retry takes the lock before it draws the message's new seq.
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
@@ -32,7 +44,9 @@
 
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -45,12 +59,59 @@
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
 PG_FUNCTION_INFO_V1(idem_outbox_emit_batch);
 PG_FUNCTION_INFO_V1(idem_outbox_counted);
+PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
 
 /* The channel relays LISTEN on. */
 #define OUTBOX_CHANNEL "idem_outbox"
 
 /* Most messages one idem_outbox_emit_batch call takes. */
 #define OUTBOX_MAX_BATCH 100000
+
+/*
+ * The objsubid of the key locks in pg_locks (locktype advisory), apart from
+ * the classes 1 and 2 of pg_advisory_lock, so that an application's own
+ * advisory locks never wait for an emit's.
+ */
+#define OUTBOX_KEY_LOCK_CLASS 7457
+
+/* The same (scope, topic, key) always hashes the same within a server. */
+static uint64
+key_lock_hash(text *scope, text *topic, text *key)
+{
+	uint64		hash;
+
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
+							   VARSIZE_ANY_EXHDR(scope), 0);
+	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(topic),
+							   VARSIZE_ANY_EXHDR(topic), hash);
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
+							   VARSIZE_ANY_EXHDR(key), hash);
+}
+
+/*
+ * Waits for the transactions that emitted to the key and have not ended
+ * (deadlock_timeout and lock_timeout apply), and holds the lock until this
+ * transaction ends.  A repeated emit to a key finds the lock in the
+ * backend's own table.
+ */
+static void
+lock_key(uint64 hash)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 OUTBOX_KEY_LOCK_CLASS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+}
+
+static int
+compare_hashes(const void *a, const void *b)
+{
+	uint64		x = *(const uint64 *) a;
+	uint64		y = *(const uint64 *) b;
+
+	return (x > y) - (x < y);
+}
 
 /* A topic, key or type: not empty, and no longer than max_key_length. */
 static text *
@@ -106,16 +167,34 @@ available_at(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 
 /*
  * A version 7 UUID (RFC 9562): 48 bits of Unix time in milliseconds, the
- * version, 12 bits of the sub-millisecond fraction (so that one backend's
- * ids grow within a millisecond too), the variant and 62 random bits.
+ * version, 12 bits of the sub-millisecond fraction, the variant and 62
+ * random bits.  One backend's ids always grow (RFC 9562's method 3): when
+ * the clock gives no later time than the last id's (a batch has one time;
+ * the clock has microseconds; it may step back), the fraction counts on
+ * from the last id's.
  */
 static pg_uuid_t *
 new_uuid_v7(TimestampTz now)
 {
+	static uint64 last_ms = 0;
+	static uint32 last_fraction = 0;
 	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
 	int64		unix_us = now + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
 	uint64		unix_ms = (uint64) (unix_us / 1000);
 	uint32		fraction = (uint32) ((unix_us % 1000) * 4096 / 1000);
+
+	if (unix_ms < last_ms || (unix_ms == last_ms && fraction <= last_fraction))
+	{
+		unix_ms = last_ms;
+		fraction = last_fraction + 1;
+		if (fraction > 4095)
+		{
+			unix_ms++;
+			fraction = 0;
+		}
+	}
+	last_ms = unix_ms;
+	last_fraction = fraction;
 
 	if (!pg_strong_random(uuid->data, UUID_LEN))
 		ereport(ERROR,
@@ -138,24 +217,23 @@ emit_one(IdemStore *store, text *scope, text *topic, text *key, Datum payload,
 		 text *type, Jsonb *headers, TimestampTz now, TimestampTz available)
 {
 	pg_uuid_t  *id = new_uuid_v7(now);
-	Datum		args[10];
-	char		nulls[10];
+	Datum		args[9];
+	char		nulls[9];
 
 	memset(nulls, ' ', sizeof(nulls));
 	args[0] = UUIDPGetDatum(id);
-	args[1] = ObjectIdGetDatum(idem_objects_outbox_seq());
-	args[2] = TimestampTzGetDatum(now);
-	args[3] = TimestampTzGetDatum(available);
-	args[4] = PointerGetDatum(scope);
-	args[5] = PointerGetDatum(topic);
-	args[6] = PointerGetDatum(key);
-	args[7] = PointerGetDatum(type);
-	args[8] = PointerGetDatum(headers);
-	args[9] = payload;
+	args[1] = TimestampTzGetDatum(now);
+	args[2] = TimestampTzGetDatum(available);
+	args[3] = PointerGetDatum(scope);
+	args[4] = PointerGetDatum(topic);
+	args[5] = PointerGetDatum(key);
+	args[6] = PointerGetDatum(type);
+	args[7] = PointerGetDatum(headers);
+	args[8] = payload;
 	if (type == NULL)
-		nulls[7] = 'n';
+		nulls[6] = 'n';
 	if (headers == NULL)
-		nulls[8] = 'n';
+		nulls[7] = 'n';
 	idem_store_exec(store, STMT_OUTBOX_INSERT, args, nulls, false, NULL, NULL);
 	return id;
 }
@@ -216,6 +294,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	id = palloc(sizeof(pg_uuid_t));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
+	lock_key(key_lock_hash(scope, topic, key));
 	*id = *emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
 					now, available);
 	idem_store_close(&store);
@@ -331,6 +410,18 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 	id_values = palloc(sizeof(pg_uuid_t) * Max(n, 1));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
+	if (n > 0)
+	{
+		uint64	   *hashes = palloc(sizeof(uint64) * n);
+
+		for (int i = 0; i < n; i++)
+			hashes[i] = key_lock_hash(scope, topic, DatumGetTextPP(keys[i]));
+		qsort(hashes, n, sizeof(uint64), compare_hashes);
+		for (int i = 0; i < n; i++)
+			if (i == 0 || hashes[i] != hashes[i - 1])
+				lock_key(hashes[i]);
+		pfree(hashes);
+	}
 	for (int i = 0; i < n; i++)
 	{
 		text	   *type = (types == NULL || type_nulls[i]) ? NULL : DatumGetTextPP(types[i]);
@@ -379,5 +470,17 @@ idem_outbox_counted(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("n must not be negative")));
 	idem_count_add(which, (uint64) n);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_outbox_lock_key(scope, topic, key): the emits' lock on a key, for
+ * idem_outbox_retry, which draws a new seq for a dead message.  STRICT.
+ */
+Datum
+idem_outbox_lock_key(PG_FUNCTION_ARGS)
+{
+	lock_key(key_lock_hash(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
+						   PG_GETARG_TEXT_PP(2)));
 	PG_RETURN_VOID();
 }

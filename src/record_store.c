@@ -297,15 +297,15 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	},
 
 	/*
-	 * $1 id, $2 the sequence idem_outbox_seq (an OID, as in the purge), $3
-	 * now, $4 available at, $5 scope, $6 topic, $7 key, $8 type, $9 headers,
-	 * $10 payload.
+	 * $1 id, $2 now, $3 available at, $4 scope, $5 topic, $6 key, $7 type,
+	 * $8 headers, $9 payload.  seq comes from the column's default
+	 * (nextval of idem_outbox_seq), drawn after outbox.c locked the key.
 	 */
 	[STMT_OUTBOX_INSERT] = {
-		"INSERT INTO @S@.idem_outbox (id, seq, created_at, available_at, updated_at, "
+		"INSERT INTO @S@.idem_outbox (id, created_at, available_at, updated_at, "
 		"scope, aggregatetype, aggregateid, type, headers, payload) "
-		"VALUES ($1, pg_catalog.nextval($2), $3, $4, $3, $5, $6, $7, $8, $9, $10)",
-		10, {UUIDOID, REGCLASSOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
+		"VALUES ($1, $2, $3, $2, $4, $5, $6, $7, $8, $9)",
+		9, {UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, TEXTOID,
 		TEXTOID, TEXTOID, JSONBOID, JSONBOID}
 	},
 

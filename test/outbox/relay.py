@@ -97,7 +97,9 @@ def relay_batch(db, ch):
             n = db.execute("SELECT idem_outbox_ack(%s, %s)", (published, token)).fetchone()[0]
             log.write("ack %d %d %s\n" % (token, n, " ".join(str(m) for m in published)))
         except psycopg.Error as e:
-            if e.sqlstate != "IK002":
+            # IK002: another relay took them over; IK003: the last lease
+            # ran out and the message is dead.  Either way, not ours.
+            if e.sqlstate not in ("IK002", "IK003"):
                 raise
             log.write("stale %d %d %s\n" % (token, len(published), " ".join(str(m) for m in published)))
     return len(rows)

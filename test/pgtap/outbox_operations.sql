@@ -7,7 +7,7 @@
 -- timestamps back, not by waiting.  Everything, roles included, is rolled
 -- back.  Roles are regress_idem_obx_*.
 BEGIN;
-SELECT plan(44);
+SELECT plan(46);
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -128,6 +128,13 @@ SELECT ok(pg_temp.id('e1') IS NOT NULL, 'an emitter emits');
 SELECT ok(cardinality(idem_outbox_emit_batch('sec', '{k2}', '{"{}"}')) = 1, 'also in batches');
 SELECT is(pg_temp.sqlstate_of($$SELECT * FROM idem_outbox_claim('x')$$), '42501', 'but may not claim');
 SELECT is(pg_temp.sqlstate_of($$SELECT count(*) FROM idem_outbox$$), '42501', 'nor read the outbox');
+SELECT is(pg_temp.sqlstate_of($$INSERT INTO idem_outbox (id, created_at, updated_at, aggregatetype, aggregateid, payload,
+                                                         status, available_at, lease_expires_at)
+                                 VALUES (gen_random_uuid(), now(), now(), 'sec', 'k', '{}', 'in_flight', now(), 'infinity')$$),
+          '42501', 'nor write a message in flight by hand');
+SELECT is(pg_temp.sqlstate_of($$INSERT INTO idem_outbox (id, seq, created_at, updated_at, aggregatetype, aggregateid, payload, available_at)
+                                 VALUES (gen_random_uuid(), 0, now(), now(), 'sec', 'k', '{}', now())$$),
+          '42501', 'nor one ahead of its key''s messages');
 RESET ROLE;
 SET LOCAL ROLE regress_idem_obx_relay;
 CREATE TEMP TABLE rc AS SELECT * FROM idem_outbox_claim('relay', 10);
@@ -164,8 +171,8 @@ RESET ROLE;
 SET LOCAL ROLE regress_idem_obx_relay;
 SET LOCAL idempotency.scope = 't1';
 SELECT is((SELECT count(*) FROM idem_outbox), 2::bigint, 'a relay of t1 sees the two messages of t1 ...');
-SELECT is((SELECT count(*) FROM idem_outbox_claim('relay-t1', 10)), 1::bigint,
-          '... and claims the head of their key (one key across the tenant''s scopes)');
+SELECT is((SELECT count(*) FROM idem_outbox_claim('relay-t1', 10)), 2::bigint,
+          '... and claims both (a key is per scope: t1 and t1/orders do not hold each other up)');
 SET LOCAL idempotency.scope = '';
 SELECT is((SELECT count(*) FROM idem_outbox_claim('relay-none', 10)), 0::bigint, 'without a tenant it claims nothing');
 RESET ROLE;

@@ -21,7 +21,7 @@
 -- extension in a schema of its own (objects planted in public) and the
 -- wait => false probe against another session are in security_schema.sql.
 BEGIN;
-SELECT plan(220);
+SELECT plan(221);
 SET LOCAL statement_timeout = '60s';
 
 -- The SQLSTATE of a statement, or '00000'.
@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 62::bigint, 'the extension has 62 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 63::bigint, 'the extension has 63 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -165,6 +165,7 @@ INSERT INTO calls VALUES
     ('idem_outbox_retry(uuid)', 'idem_outbox_retry', $$SELECT idem_outbox_retry('00000000-0000-7000-8000-000000000000')$$),
     ('idem_outbox_check_token(uuid,bigint,text)', 'idem_outbox_check_token', $$SELECT idem_outbox_check_token('00000000-0000-7000-8000-000000000000', 1, 'ack')$$),
     ('idem_outbox_counted(text,bigint)', 'idem_outbox_counted', $$SELECT idem_outbox_counted('published', 0)$$),
+    ('idem_outbox_lock_key(text,text,text)', 'idem_outbox_lock_key', $$SELECT idem_outbox_lock_key('', 'sec.t', 'k')$$),
     -- trigger functions: with EXECUTE, a direct call fails with 0A000 instead
     ('idem_machines_changed()', 'idem_machines_changed', $$SELECT idem_machines_changed()$$),
     ('idem_apply_settings()', 'idem_apply_settings', $$SELECT idem_apply_settings()$$),
@@ -322,14 +323,21 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_emitter')$
     $$VALUES ('function idem_outbox_emit(text,text,jsonb,text,jsonb,text,interval)', 'EXECUTE'),
              ('function idem_outbox_emit_batch(text,text[],jsonb[],text[],jsonb[],text,interval)', 'EXECUTE'),
              ('schema public', 'USAGE'),
-             ('sequence idem_outbox_seq', 'USAGE'),
-             ('table idem_outbox', 'INSERT')$$,
-    'emitter: the two emits; INSERT on the outbox, USAGE on its seq');
+             ('sequence idem_outbox_seq', 'USAGE')$$,
+    'emitter: the two emits; USAGE on the outbox''s seq');
+SELECT results_eq($$SELECT attname::text COLLATE "default" FROM pg_attribute
+                    WHERE attrelid = 'idem_outbox'::regclass AND attnum > 0
+                      AND has_column_privilege('regress_idem_sec_emitter', attrelid, attnum, 'INSERT')
+                    ORDER BY attnum$$,
+    $$VALUES ('id'), ('created_at'), ('available_at'), ('updated_at'), ('scope'), ('aggregatetype'),
+             ('aggregateid'), ('type'), ('headers'), ('payload')$$,
+    'and INSERT on the columns an emit sets, not on seq, status, token, lease, attempts, relay or last_error');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_relay')$$,
     $$VALUES ('function idem_outbox_ack(uuid[],bigint)', 'EXECUTE'),
              ('function idem_outbox_check_token(uuid,bigint,text)', 'EXECUTE'),
              ('function idem_outbox_claim(text,integer,interval,text[])', 'EXECUTE'),
              ('function idem_outbox_counted(text,bigint)', 'EXECUTE'),
+             ('function idem_outbox_lock_key(text,text,text)', 'EXECUTE'),
              ('function idem_outbox_nack(uuid,bigint,jsonb,interval)', 'EXECUTE'),
              ('function idem_outbox_retry(uuid)', 'EXECUTE'),
              ('schema public', 'USAGE'),
@@ -382,6 +390,7 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_relay') c$$,
     $$VALUES ('idem_outbox_ack(uuid[],bigint)'), ('idem_outbox_check_token(uuid,bigint,text)'),
              ('idem_outbox_claim(text,integer,interval,text[])'), ('idem_outbox_counted(text,bigint)'),
+             ('idem_outbox_lock_key(text,text,text)'),
              ('idem_outbox_nack(uuid,bigint,jsonb,interval)'), ('idem_outbox_retry(uuid)')$$,
     'relay: claim, ack, nack, retry and their helpers');
 

@@ -81,6 +81,12 @@ CREATE ROLE ops LOGIN;
 SELECT idem_grant('maintenance', 'ops');
 SELECT idem_grant('monitor', 'ops');
 SELECT idem_grant('reconciler', 'ops');
+-- privileges granted by hand, not by idem_grant: a dashboard reading
+-- idem_stuck, a job cleaning the inbox
+CREATE ROLE dashboard;
+GRANT SELECT ON idem_stuck TO dashboard;
+CREATE ROLE inbox_cleanup;
+GRANT DELETE ON idem_inbox TO inbox_cleanup;
 GRANT SELECT, INSERT, UPDATE ON payments, shipments TO app;
 SELECT idem_tenant_isolation(true);
 SQL
@@ -187,6 +193,10 @@ is( $node->safe_psql('upgraded', q{
 		SELECT string_agg(p, ',' ORDER BY p) FROM unnest('{SELECT,INSERT,UPDATE,DELETE}'::text[]) p
 		 WHERE has_table_privilege('ops', 'idem_outbox', p)}),
 	'DELETE,SELECT,UPDATE', 'the roles that purged and read idem_stuck get the outbox privileges their kinds now have');
+is( $node->safe_psql('upgraded', q{
+		SELECT count(*) FROM unnest('{SELECT,INSERT,UPDATE,DELETE}'::text[]) p, unnest('{dashboard,inbox_cleanup}'::text[]) r
+		 WHERE has_table_privilege(r, 'idem_outbox', p)}),
+	'0', 'roles granted SELECT on idem_stuck or DELETE on idem_inbox by hand, not as a kind of idem_grant, get nothing on the outbox');
 is( $node->safe_psql('upgraded', q{
 		SET ROLE ops; SELECT idem_purge() >= 0, (SELECT count(*) >= 0 FROM idem_stuck)}),
 	't|t', 'so idem_purge and idem_stuck work for them after the update');
