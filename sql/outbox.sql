@@ -229,7 +229,8 @@ SELECT pg_temp.written();
 
 --
 -- The internal helpers: idem_outbox_check_token (the errors of ack and
--- nack), idem_outbox_counted (STRICT: NULL counts nothing), idem_outbox_stuck
+-- nack), idem_outbox_counted (STRICT: NULL counts nothing), idem_outbox_stuck,
+-- idem_outbox_lock_key (STRICT: NULL locks nothing; any text is a key)
 --
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('check_token NULL id', $$SELECT idem_outbox_check_token(NULL, 1, 'ack')$$,                 '22004'),
@@ -240,7 +241,10 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('counted unknown name', $$SELECT idem_outbox_counted('bogus', 1)$$,                           '22023'),
     ('counted negative',    $$SELECT idem_outbox_counted('published', -1)$$,                       '22023'),
     ('counted NULL',        $$SELECT idem_outbox_counted(NULL, 1)$$,                               '00000'),
-    ('stuck',               $$SELECT count(*) FROM idem_outbox_stuck()$$,                          '00000')
+    ('stuck',               $$SELECT count(*) FROM idem_outbox_stuck()$$,                          '00000'),
+    ('lock_key NULL',       $$SELECT idem_outbox_lock_key(NULL, 't', 'k')$$,                       '00000'),
+    ('lock_key empty',      $$SELECT idem_outbox_lock_key('', '', '')$$,                            '00000'),
+    ('lock_key long',       $$SELECT idem_outbox_lock_key('', 't', repeat('k', 100000))$$,         '00000')
 ) AS c(input, sql, expected);
 SELECT pg_temp.written();
 
