@@ -27,6 +27,15 @@
  * order of their hashes, so that two batches never deadlock each other;
  * idem_outbox_retry takes the lock before it draws the message's new seq.
  *
+ * The shared lock table is small (max_locks_per_transaction locks per
+ * connection, shared by all), so a transaction does not take more than
+ * OUTBOX_MAX_KEY_LOCKS key locks: beyond that it locks every key at once.
+ * Every emit holds the all-keys lock in RowExclusiveLock, which emitters
+ * share; escalating takes it in ExclusiveLock, which waits for the other
+ * emitting transactions to end and keeps new ones out until this one ends.
+ * Holding it, the transaction needs no key lock.  So a bulk emit of many
+ * keys serializes with all emitters instead of filling the lock table.
+ *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
  * subtransaction level and merges them at subcommit, so however many
@@ -47,6 +56,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -55,6 +65,7 @@
 #include "utils/uuid.h"
 
 #include "idempotency.h"
+#include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
 PG_FUNCTION_INFO_V1(idem_outbox_emit_batch);
@@ -74,6 +85,13 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
  */
 #define OUTBOX_KEY_LOCK_CLASS 7457
 
+/* Key locks one transaction takes before it locks every key. */
+#define OUTBOX_MAX_KEY_LOCKS 256
+
+/* The key locks this backend's transaction IDEM_MY_LXID took. */
+static int	key_locks_taken = 0;
+static LocalTransactionId key_locks_lxid = InvalidLocalTransactionId;
+
 /* The same (scope, topic, key) always hashes the same within a server. */
 static uint64
 key_lock_hash(text *scope, text *topic, text *key)
@@ -91,17 +109,54 @@ key_lock_hash(text *scope, text *topic, text *key)
 /*
  * Waits for the transactions that emitted to the key and have not ended
  * (deadlock_timeout and lock_timeout apply), and holds the lock until this
- * transaction ends.  A repeated emit to a key finds the lock in the
- * backend's own table.
+ * transaction ends.  new_keys is how many key locks the caller is about to
+ * take (a batch's distinct keys): when they would pass
+ * OUTBOX_MAX_KEY_LOCKS, every key is locked at once instead and true is
+ * returned, and the caller takes no key lock.  A repeated lock is found in
+ * the backend's own lock table.
  */
+static bool
+lock_all_keys_or_count(int new_keys)
+{
+	LOCKTAG		all_keys;
+
+	/* the all-keys lock is the key lock class's (0, 0) */
+	SET_LOCKTAG_ADVISORY(all_keys, MyDatabaseId, 0, 0, OUTBOX_KEY_LOCK_CLASS);
+	if (idem_lock_held_by_me(&all_keys, ExclusiveLock))
+		return true;
+	if (key_locks_lxid != IDEM_MY_LXID)
+	{
+		key_locks_lxid = IDEM_MY_LXID;
+		key_locks_taken = 0;
+	}
+	if (key_locks_taken + new_keys > OUTBOX_MAX_KEY_LOCKS)
+	{
+		(void) LockAcquire(&all_keys, ExclusiveLock, false, false);
+		return true;
+	}
+	(void) LockAcquire(&all_keys, RowExclusiveLock, false, false);
+	return false;
+}
+
 static void
 lock_key(uint64 hash)
 {
 	LOCKTAG		tag;
 
+	/* (0, 0) is the all-keys lock: a key that hashes to 0 takes (0, 1) */
+	if (hash == 0)
+		hash = 1;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 OUTBOX_KEY_LOCK_CLASS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	if (LockAcquire(&tag, ExclusiveLock, false, false) == LOCKACQUIRE_OK)
+		key_locks_taken++;
+}
+
+static void
+lock_one_key(uint64 hash)
+{
+	if (!lock_all_keys_or_count(1))
+		lock_key(hash);
 }
 
 static int
@@ -294,7 +349,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	id = palloc(sizeof(pg_uuid_t));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
-	lock_key(key_lock_hash(scope, topic, key));
+	lock_one_key(key_lock_hash(scope, topic, key));
 	*id = *emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
 					now, available);
 	idem_store_close(&store);
@@ -413,12 +468,16 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 	if (n > 0)
 	{
 		uint64	   *hashes = palloc(sizeof(uint64) * n);
+		int			distinct = 0;
 
 		for (int i = 0; i < n; i++)
 			hashes[i] = key_lock_hash(scope, topic, DatumGetTextPP(keys[i]));
 		qsort(hashes, n, sizeof(uint64), compare_hashes);
 		for (int i = 0; i < n; i++)
 			if (i == 0 || hashes[i] != hashes[i - 1])
+				hashes[distinct++] = hashes[i];
+		if (!lock_all_keys_or_count(distinct))
+			for (int i = 0; i < distinct; i++)
 				lock_key(hashes[i]);
 		pfree(hashes);
 	}
@@ -480,7 +539,7 @@ idem_outbox_counted(PG_FUNCTION_ARGS)
 Datum
 idem_outbox_lock_key(PG_FUNCTION_ARGS)
 {
-	lock_key(key_lock_hash(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
-						   PG_GETARG_TEXT_PP(2)));
+	lock_one_key(key_lock_hash(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
+							   PG_GETARG_TEXT_PP(2)));
 	PG_RETURN_VOID();
 }

@@ -65,4 +65,14 @@
 #define idem_primary_key_index(rel)	RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/*
+ * 17 gave LockHeldByMe an orstronger argument; false asks about the mode
+ * itself, as before.
+ */
+#if PG_VERSION_NUM >= 170000
+#define idem_lock_held_by_me(tag, mode)	LockHeldByMe((tag), (mode), false)
+#else
+#define idem_lock_held_by_me(tag, mode)	LockHeldByMe((tag), (mode))
+#endif
+
 #endif							/* IDEM_PG_COMPAT_H */

@@ -9,7 +9,7 @@
 -- test/specs/outbox-relays.spec.  Everything is rolled back; the only
 -- waiting is a sleep past leases of a few milliseconds.
 BEGIN;
-SELECT plan(68);
+SELECT plan(66);
 
 DELETE FROM idem_outbox;
 CREATE TEMP TABLE orders (id text PRIMARY KEY, amount integer NOT NULL CHECK (amount > 0));
@@ -212,24 +212,6 @@ UPDATE idem_outbox SET seq = 0 WHERE id = pg_temp.id('y2');
 UPDATE idem_outbox SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = pg_temp.id('y1');
 SELECT results_eq($$SELECT id FROM idem_outbox_claim('relay-1', 10, '1 hour')$$, $$VALUES (pg_temp.id('y1'))$$,
                   'an expired lease is taken over even behind an earlier live message of its key');
-
--- the emits' lock on a key: one per (scope, topic, key), held to the end of
--- the transaction, in a class of its own beside pg_advisory_lock's
-DELETE FROM idem_outbox;
-CREATE TEMP TABLE locks_before AS
-SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid();
-SAVEPOINT locks;
-SELECT idem_outbox_emit('lock', 'k', '{}'), idem_outbox_emit('lock', 'k', '{}'),
-       idem_outbox_emit('lock', 'k', '{}', scope => 'other'),
-       idem_outbox_emit_batch('lock', '{a,b,a,k}', '{1,2,3,4}');
-SELECT is((SELECT count(*) FROM pg_locks
-           WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
-             AND mode = 'ExclusiveLock' AND granted) - (SELECT n FROM locks_before),
-          4::bigint, 'emits hold one lock per key: (lock, k), (other, lock, k), (lock, a), (lock, b)');
-ROLLBACK TO SAVEPOINT locks;
-SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
-          - (SELECT n FROM locks_before),
-          0::bigint, 'a rolled-back subtransaction releases them');
 
 -- ids grow within a backend, also inside one batch (one timestamp for all)
 CREATE TEMP TABLE grow_ids AS
