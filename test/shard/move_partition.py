@@ -214,9 +214,10 @@ def main():
         if src_epoch > dst.execute(epoch).fetchone()[0]:
             dst.execute("SELECT setval(%s, %s)", (schema + ".idem_token_epoch", src_epoch))
         # The outbox's fencing tokens and emit order: the source's last values
-        # are final (the fence holds back every claim and emit of the
-        # partition there; other partitions' draw only larger ones, which
-        # are never compared with the partition's).
+        # bound every token and seq of the partition's messages, since the
+        # fence holds back every claim, emit and retry of them there (and
+        # setval, like the epoch's, stays raised if this transaction fails:
+        # harmless, tokens only need to grow).
         for seq in OUTBOX_SEQUENCES if outbox else []:
             last = sql.SQL("SELECT coalesce(pg_sequence_last_value({}), 0)").format(
                 sql.Literal(schema + "." + seq))
