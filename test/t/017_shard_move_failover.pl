@@ -221,10 +221,10 @@ like($e, qr/ERROR:  IK002: /, 'the stale owner is refused through the proxy (IK0
 my @got = split /\n/, $proxy->safe_psql('jepsen',
 	"SELECT aggregateid || ' ' || id || ' ' || token FROM idem_outbox_claim_on('$map{3}', 'relay-dst', 100, '30s', ARRAY['move']) ORDER BY aggregateid");
 is(join(', ', map { (split / /)[0] } @got), 'lapsing, pending',
-	'a relay of shard 3 gets the lapsed and the pending message, not the held one nor the later one of its key');
+	'a relay of shard 3 gets a lapsed and a pending message, not the held one');
 my ($dst_token) = (split / /, $got[0] // '')[2];
 cmp_ok($dst_token // 0, '>', $lapsing_token, "... under a token above the source's ($lapsing_token)");
-is(join(' ', map { (split / /)[1] } @got), "$lapsing_id $msg{pending}", '... the moved messages themselves');
+is(join(' ', map { (split / /)[1] } @got), "$lapsing_id $msg{pending}", '... the moved ones, not the message their key emitted after the move');
 $proxy->psql('jepsen',
 	"\\set VERBOSITY verbose\nSELECT idem_outbox_ack_on('$map{3}', ARRAY['$lapsing_id']::uuid[], $lapsing_token)",
 	stdout => \$o, stderr => \$e);
