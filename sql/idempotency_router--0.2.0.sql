@@ -7,10 +7,12 @@
  * function on the shard of the call's scope (RUN ON idem_route_hash(scope);
  * the inbox's by its consumer, whose tenant part names the tenant the same
  * way), so a claim, its business rows and its completion all commit on one
- * shard, and a tenant never spans two.  PL/Proxy runs each call in a
- * transaction of its own on the shard (autocommit): what must commit
- * together is one shard-side function, which idem_proxy_function() makes
- * callable through the proxy.
+ * shard, and a tenant never spans two.  The outbox's emits run on the shard
+ * of their scope too; its relay functions name the shard they work on (a
+ * message id carries no scope: see "The outbox" below).  PL/Proxy runs
+ * each call in a transaction of its own on the shard (autocommit): what
+ * must commit together is one shard-side function, which
+ * idem_proxy_function() makes callable through the proxy.
  *
  * The cluster is PL/Proxy's SQL/MED kind: the FOREIGN SERVER "idempotency"
  * of the plproxy wrapper, its options p0 .. p(2^n - 1) the shards'
@@ -21,12 +23,13 @@
  * schema, so the router is created in the schema that holds the extension on
  * the shards.
  *
- * The types of the API (idem_status, idem_claim_result, and the row type
- * idempotency_records that idem_lookup and idem_await return) are copies of
- * the shards' with the same names, labels and attributes: PL/Proxy matches
- * result columns by name.  The routing hash and the fingerprints are
- * computed here, in SQL, with the C library's results (sql/router.sql checks
- * them against it); functions that only compute run on any shard.
+ * The types of the API (idem_status, idem_claim_result, idem_outbox_status,
+ * and the row type idempotency_records that idem_lookup and idem_await
+ * return) are copies of the shards' with the same names, labels and
+ * attributes: PL/Proxy matches result columns by name.  The routing hash
+ * and the fingerprints are computed here, in SQL, with the C library's
+ * results (sql/router.sql checks them against it); functions that only
+ * compute run on any shard.
  *
  * The aggregates (idem_summary, idem_stuck, idem_stats) run on every shard
  * (RUN ON ALL: once per distinct connection string) and add up: sums, counts,
@@ -39,6 +42,11 @@ CREATE TYPE @extschema@.idem_status AS ENUM ('processing', 'succeeded', 'failed'
 
 COMMENT ON TYPE @extschema@.idem_status IS
     'lifecycle of an idempotency record (the shards'' type, for the proxy''s functions)';
+
+CREATE TYPE @extschema@.idem_outbox_status AS ENUM ('pending', 'in_flight', 'published', 'dead');
+
+COMMENT ON TYPE @extschema@.idem_outbox_status IS
+    'lifecycle of an outbox message (the shards'' type, for the proxy''s functions)';
 
 CREATE TYPE @extschema@.idem_claim_result AS (
     outcome text,
@@ -350,10 +358,160 @@ LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
 
 /*
+ * The outbox.  An emit runs on the shard of its scope, the message's tenant,
+ * so that it lands where the tenant's records and business rows are.
+ * Through the proxy an emit is a transaction of its own on the shard: a
+ * message that must commit with a business change is emitted by the
+ * shard-side business function (idem_proxy_function), in its transaction.
+ *
+ * A relay works on one shard: a claim hands out that shard's messages under
+ * that shard's fencing token, and the ack or nack of the batch must go to the
+ * same shard.  A message id is a UUID without a scope, so it cannot be
+ * routed by hash; the relay functions of the proxy take the shard instead,
+ * written as in the partition map, and run there (RUN ON the shard's lowest
+ * partition): idem_outbox_claim_on, idem_outbox_ack_on, idem_outbox_nack_on.
+ * A relay that can reach the shards is better run on each shard directly,
+ * where it can LISTEN (PL/Proxy does not forward notifications).  Retrying a
+ * dead message is an operator's rare act on an id seen in idem_stuck: it is
+ * looked for on every shard (RUN ON ALL), ids being unique.
+ */
+CREATE FUNCTION @extschema@.idem_outbox_emit(
+    topic text,
+    key text,
+    payload jsonb,
+    type text DEFAULT NULL,
+    headers jsonb DEFAULT NULL,
+    scope text DEFAULT '',
+    delay interval DEFAULT NULL)
+RETURNS uuid
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(scope); $$;
+
+CREATE FUNCTION @extschema@.idem_outbox_emit_batch(
+    topic text,
+    keys text[],
+    payloads jsonb[],
+    types text[] DEFAULT NULL,
+    headers jsonb[] DEFAULT NULL,
+    scope text DEFAULT '',
+    delay interval DEFAULT NULL)
+RETURNS uuid[]
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(scope); $$;
+
+-- The partition a shard is reached by: its lowest one in the map.
+CREATE FUNCTION @extschema@.idem_router_shard(shard text)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p integer;
+BEGIN
+    IF shard IS NULL THEN
+        RAISE EXCEPTION 'shard must not be null'
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Name the shard by its connection string, as in idem_router_partitions().';
+    END IF;
+    SELECT min(m.partition) INTO p FROM @extschema@.idem_router_partitions() m WHERE m.connstr = shard;
+    IF p IS NULL THEN
+        RAISE EXCEPTION 'connection string is not one of the cluster''s shards'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A shard is named by its connection string exactly as in the partition map, and only a shard that holds a partition can be reached through the proxy.',
+                  HINT = 'Copy it from idem_router_partitions(), or run the relay on the shard directly.';
+    END IF;
+    RETURN p;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_router_shard(text) IS
+    'the lowest partition of a shard of the PL/Proxy cluster "idempotency" (the shard named by its connection string in the map)';
+
+CREATE FUNCTION @extschema@.idem_outbox_claim_on(
+    shard text,
+    relay text,
+    batch integer DEFAULT 100,
+    lease interval DEFAULT '30 seconds',
+    topics text[] DEFAULT NULL)
+RETURNS TABLE (id uuid, aggregatetype text, aggregateid text, type text,
+               payload jsonb, headers jsonb, attempts integer, token bigint)
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'idempotency';
+    RUN ON @extschema@.idem_router_shard(shard);
+    SELECT c.id, c.aggregatetype, c.aggregateid, c.type, c.payload, c.headers, c.attempts, c.token
+      FROM @extschema@.idem_outbox_claim(relay, batch, lease, topics) c;
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_claim_on(text, text, integer, interval, text[]) IS
+    'idem_outbox_claim on one shard, named by its connection string in the map';
+
+CREATE FUNCTION @extschema@.idem_outbox_ack_on(shard text, ids uuid[], token bigint)
+RETURNS integer
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'idempotency';
+    RUN ON @extschema@.idem_router_shard(shard);
+    SELECT @extschema@.idem_outbox_ack(ids, token);
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack_on(text, uuid[], bigint) IS
+    'idem_outbox_ack on one shard, named by its connection string in the map: the shard of the claim';
+
+CREATE FUNCTION @extschema@.idem_outbox_nack_on(shard text, id uuid, token bigint, error jsonb,
+                                                retry_after interval DEFAULT NULL)
+RETURNS @extschema@.idem_outbox_status
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'idempotency';
+    RUN ON @extschema@.idem_router_shard(shard);
+    SELECT @extschema@.idem_outbox_nack(id, token, error, retry_after);
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_nack_on(text, uuid, bigint, jsonb, interval) IS
+    'idem_outbox_nack on one shard, named by its connection string in the map: the shard of the claim';
+
+-- Each shard retries the message if it holds it, and says so.
+CREATE FUNCTION @extschema@.idem_shard_outbox_retry(message_id uuid, OUT shard text)
+RETURNS SETOF text
+LANGUAGE plproxy
+AS $$
+    CLUSTER 'idempotency';
+    RUN ON ALL;
+    SELECT pg_catalog.format('%s:%s/%s', COALESCE(pg_catalog.host(pg_catalog.inet_server_addr()), 'local'),
+                             pg_catalog.current_setting('port'), pg_catalog.current_database()) AS shard
+      FROM @extschema@.idem_outbox o
+     CROSS JOIN LATERAL @extschema@.idem_outbox_retry(o.id) r
+     WHERE o.id OPERATOR(pg_catalog.=) message_id;
+$$;
+
+CREATE FUNCTION @extschema@.idem_outbox_retry(id uuid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM @extschema@.idem_shard_outbox_retry(id)) THEN
+        RAISE EXCEPTION 'outbox message % does not exist', id
+            USING ERRCODE = 'IK004',
+                  DETAIL = 'No shard holds it: it was never emitted, its transaction has not committed, or it was purged after its retention.';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_retry(uuid) IS
+    'put a dead outbox message back on whichever shard holds it (looked for on every shard)';
+
+/*
  * Over all shards.  Each shard answers once (RUN ON ALL runs once per
  * distinct connection string) with its rows and its name; the views and
  * idem_stats() add the rows up.  A scope is on one shard, so idem_summary
- * has a row per scope and status as on one server.
+ * has a row per scope and status as on one server.  The shards' idem_stuck
+ * lists the outbox's dead and late messages after the records, and their
+ * idem_stats the outbox counters: both come through as they are.
  */
 CREATE FUNCTION @extschema@.idem_shard_summary(
     OUT shard text, OUT scope text, OUT status @extschema@.idem_status, OUT records bigint,
@@ -373,7 +531,8 @@ CREATE FUNCTION @extschema@.idem_shard_stuck(
     OUT shard text, OUT scope text, OUT key text, OUT status @extschema@.idem_status,
     OUT reason text, OUT age interval, OUT attempts integer, OUT recovery_point text,
     OUT error jsonb, OUT lease_expires_at timestamptz, OUT created_at timestamptz,
-    OUT updated_at timestamptz)
+    OUT updated_at timestamptz, OUT topic text, OUT message_id uuid,
+    OUT outbox_status @extschema@.idem_outbox_status)
 RETURNS SETOF record
 LANGUAGE plproxy
 AS $$
@@ -382,7 +541,7 @@ AS $$
     SELECT pg_catalog.format('%s:%s/%s', COALESCE(pg_catalog.host(pg_catalog.inet_server_addr()), 'local'),
                              pg_catalog.current_setting('port'), pg_catalog.current_database()) AS shard,
            v.scope, v.key, v.status, v.reason, v.age, v.attempts, v.recovery_point, v.error,
-           v.lease_expires_at, v.created_at, v.updated_at
+           v.lease_expires_at, v.created_at, v.updated_at, v.topic, v.message_id, v.outbox_status
       FROM @extschema@.idem_stuck v;
 $$;
 
@@ -409,7 +568,7 @@ CREATE VIEW @extschema@.idem_summary AS
 CREATE VIEW @extschema@.idem_stuck AS
     SELECT s.scope COLLATE "C" AS scope, s.key COLLATE "C" AS key, s.status, s.reason, s.age,
            s.attempts, s.recovery_point, s.error, s.lease_expires_at, s.created_at, s.updated_at,
-           s.shard
+           s.topic, s.message_id, s.outbox_status, s.shard
       FROM @extschema@.idem_shard_stuck() s
      ORDER BY s.created_at;
 
@@ -564,6 +723,13 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_inbox_accept_seq(text, text, bigint, boolean),
     @extschema@.idem_inbox_accept_seq(text, text, bigint, integer, boolean),
     @extschema@.idem_inbox_watermark(text, text),
+    @extschema@.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval),
+    @extschema@.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval),
+    @extschema@.idem_outbox_claim_on(text, text, integer, interval, text[]),
+    @extschema@.idem_outbox_ack_on(text, uuid[], bigint),
+    @extschema@.idem_outbox_nack_on(text, uuid, bigint, jsonb, interval),
+    @extschema@.idem_shard_outbox_retry(uuid),
+    @extschema@.idem_outbox_retry(uuid),
     @extschema@.idem_shard_summary(),
     @extschema@.idem_shard_stuck(),
     @extschema@.idem_shard_stats(),

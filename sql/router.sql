@@ -68,6 +68,15 @@ SELECT router.idem_router_set_partition(5, 'dbname=s1 ');
 SELECT router.idem_router_set_partition(5, 'dbname=s2');
 SELECT partition, connstr FROM router.idem_router_partitions() WHERE partition IN (4, 5, 6);
 
+-- A relay through the proxy names its shard as in the map; the call runs on
+-- the shard's lowest partition.
+SELECT v.shard, router.idem_router_shard(v.shard) AS runs_on
+FROM (VALUES ('dbname=s0'), ('dbname=s1'), ('dbname=s2'), ('dbname=s3')) v(shard);
+SELECT router.idem_router_shard('dbname=s9');
+SELECT router.idem_router_shard('dbname=s1 ');
+SELECT router.idem_router_shard(NULL);
+SELECT router.idem_outbox_retry(NULL);
+
 -- The generator's arguments.
 SELECT router.idem_proxy_function(NULL, 'scope');
 SELECT router.idem_proxy_function('shop.f(text)', NULL);
@@ -114,7 +123,26 @@ SELECT t.typname, count(*) AS attributes,
  GROUP BY 1 ORDER BY 1;
 SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.idem_claim_result'::regclass AND attnum > 0 AND NOT attisdropped) AS claim_result_attributes,
        (SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.idempotency_records'::regclass AND attnum > 0 AND NOT attisdropped) AS record_columns,
-       enum_range(NULL::router.idem_status)::text = enum_range(NULL::public.idem_status)::text AS same_statuses;
+       enum_range(NULL::router.idem_status)::text = enum_range(NULL::public.idem_status)::text AS same_statuses,
+       enum_range(NULL::router.idem_outbox_status)::text = enum_range(NULL::public.idem_outbox_status)::text AS same_outbox_statuses;
+-- The views over all shards have the shards' columns (idem_stuck: with the
+-- outbox's), in order: none of the extension's missing or different here.
+WITH c AS (
+    SELECT n.nspname, c.relname, a.attnum, a.attname,
+           replace(format_type(a.atttypid, a.atttypmod), 'router.', '') AS type
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE n.nspname IN ('public', 'router') AND c.relname IN ('idem_stuck', 'idem_summary'))
+SELECT relname, attnum, attname, type FROM c WHERE nspname = 'public'
+EXCEPT
+SELECT relname, attnum, attname, type FROM c WHERE nspname = 'router'
+ORDER BY 1, 2;
+SELECT c.relname, c.relnamespace::regnamespace AS schema, count(*) AS columns,
+       (array_agg(a.attname ORDER BY a.attnum DESC))[1] AS last
+  FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+ WHERE c.relnamespace IN ('public'::regnamespace, 'router'::regnamespace)
+   AND c.relname IN ('idem_stuck', 'idem_summary')
+ GROUP BY 1, 2 ORDER BY 1, 2::text;
 
 DROP SERVER idempotency;
 DROP EXTENSION idempotency_router;

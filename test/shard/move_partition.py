@@ -14,14 +14,26 @@ proxy:
               it waits for the transactions that are writing those tables and
               holds back new writers for that moment, so once it commits no
               key of the partition changes on the source any more.
+              The outbox's fence is gentler to relays: a claim on the source
+              skips the partition's messages (they are not handed out there
+              again; the claim goes on with the shard's other messages),
+              while an emit, an ack, a nack or a retry of one of them is
+              refused with 40001 like any other write.
   2. copy     the partition's rows of every table (the records, the inbox,
-              the inbox streams and the business tables named with --table)
-              to the target in one transaction, with the target's token
-              epoch raised to the source's (tokens of keys the target claims
-              anew stay above every token the source issued), and any fence
-              of an earlier move of the partition away from the target
-              dropped (the unfreeze on the target).  The target must hold no
-              row of the partition yet.
+              the inbox streams, the outbox in every status, and the
+              business tables named with --table) to the target in one
+              transaction, with the target's token epoch raised to the
+              source's (tokens of keys the target claims anew stay above
+              every token the source issued), the target's outbox sequences
+              raised to the source's (a claim there draws a fencing token
+              above every token the source's relays hold, and a message
+              emitted there goes after the moved messages of its key), and
+              any fence of an earlier move of the partition away from the
+              target dropped (the unfreeze on the target).  In-flight
+              messages keep their token and lease: the target's relays take
+              them over when the lease runs out, with a larger token.  The
+              target's relays are notified (NOTIFY idem_outbox).  The target
+              must hold no row of the partition yet.
   3. switch   the proxy's map: ALTER SERVER idempotency (through
               idem_router_set_partition); PL/Proxy reads it at the next call
               of every session.
@@ -31,7 +43,12 @@ proxy:
               so no key is ever claimed on two shards and a stale owner
               can complete nothing there.  Tokens stay fenced: a record
               moves with its token, and on the target an owner call matches
-              only that token.
+              only that token.  The source's outbox keeps no copy of a
+              moved message, so its relays cannot publish one again; a
+              relay that held a lease there when the partition froze gets
+              40001 and then IK004 for its ack, and the target's relay
+              publishes those messages again after the lease: a duplicate,
+              as after any take-over, which the consumer's inbox drops.
 
 The freeze window (from the fence's commit to the switch's) is printed.
 A failure before the switch leaves the partition frozen on the source and
@@ -59,12 +76,29 @@ from psycopg import sql
 # The extension's own tables and the column that routes their rows.
 OWN_TABLES = [("idempotency_records", "scope"), ("idem_inbox", "consumer"),
               ("idem_inbox_streams", "consumer")]
+# The outbox (SQL 0.2.0), and its sequences: fencing tokens and emit order.
+OUTBOX = ("idem_outbox", "scope")
+OUTBOX_SEQUENCES = ["idem_outbox_token", "idem_outbox_seq"]
 
 REFUSE = """
 CREATE SCHEMA IF NOT EXISTS idem_move;
 CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
+        USING ERRCODE = 'serialization_failure',
+              DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
+              HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
+END $$;
+-- The outbox's: a relay's claim (a message made in_flight) skips the row,
+-- so the source hands no message of the partition out again and its relays
+-- go on with the shard's other messages; every other write is refused.
+CREATE OR REPLACE FUNCTION idem_move.refuse_outbox() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND NEW.status::text = 'in_flight' THEN
+        RETURN NULL;
+    END IF;
     RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
         USING ERRCODE = 'serialization_failure',
               DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
@@ -85,9 +119,15 @@ def ext_schema(conn):
     return row[0]
 
 
-def tables_of(conn, schema, extra):
+def has_outbox(conn, schema):
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                        (schema + "." + OUTBOX[0],)).fetchone()[0]
+
+
+def tables_of(conn, schema, extra, outbox):
     """(qualified table, routing column) of every table to move."""
-    out = [(sql.Identifier(schema, t), c) for t, c in OWN_TABLES]
+    own = OWN_TABLES + ([OUTBOX] if outbox else [])
+    out = [(sql.Identifier(schema, t), c) for t, c in own]
     for spec in extra:
         table, _, column = spec.partition(":")
         if not column:
@@ -135,7 +175,12 @@ def main():
     schema = ext_schema(src)
     if ext_schema(dst) != schema:
         raise SystemExit("move_partition: the extension is in another schema on the target")
-    tables = tables_of(src, schema, a.table)
+    outbox = has_outbox(src, schema)
+    if outbox and not has_outbox(dst, schema):
+        raise SystemExit("move_partition: the source has the outbox and the target does not"
+                         " (update the extension there to 0.2.0)")
+    tables = tables_of(src, schema, a.table, outbox)
+    outbox_table = sql.Identifier(schema, OUTBOX[0])
 
     # 1. freeze
     started = time.monotonic()
@@ -145,9 +190,10 @@ def main():
             src.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
             src.execute(sql.SQL(
                 "CREATE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
-                " EXECUTE FUNCTION idem_move.refuse({}, {}, {})").format(
+                " EXECUTE FUNCTION idem_move.{}({}, {}, {})").format(
                     sql.Identifier(name), table,
                     in_partition(schema, column, a.partition, partitions, "new"),
+                    sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"),
                     sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
                     sql.Literal(column)))
     frozen = time.monotonic()
@@ -167,6 +213,17 @@ def main():
         src_epoch = src.execute(epoch).fetchone()[0]
         if src_epoch > dst.execute(epoch).fetchone()[0]:
             dst.execute("SELECT setval(%s, %s)", (schema + ".idem_token_epoch", src_epoch))
+        # The outbox's fencing tokens and emit order: the source's last values
+        # bound every token and seq of the partition's messages, since the
+        # fence holds back every claim, emit and retry of them there (and
+        # setval, like the epoch's, stays raised if this transaction fails:
+        # harmless, tokens only need to grow).
+        for seq in OUTBOX_SEQUENCES if outbox else []:
+            last = sql.SQL("SELECT coalesce(pg_sequence_last_value({}), 0)").format(
+                sql.Literal(schema + "." + seq))
+            src_last = src.execute(last).fetchone()[0]
+            if src_last > dst.execute(last).fetchone()[0]:
+                dst.execute("SELECT setval(%s, %s)", (schema + "." + seq, src_last))
         for table, column in tables:
             with src.cursor().copy(sql.SQL("COPY (SELECT * FROM {} WHERE {}) TO STDOUT").format(
                     table, in_partition(schema, column, a.partition, partitions))) as out, \
@@ -176,6 +233,8 @@ def main():
             n = dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
             copied[table.as_string(dst)] = n
+        if outbox and copied[outbox_table.as_string(dst)]:
+            dst.execute("NOTIFY idem_outbox")
 
     # 3. switch
     proxy.execute("SELECT idem_router_set_partition(%s, %s)", (a.partition, a.to))

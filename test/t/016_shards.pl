@@ -7,7 +7,13 @@
 # completion in one transaction on one shard), the aggregates add up, and a
 # call that fails on the proxy side (a timeout, a killed proxy backend, a
 # killed shard backend) is an ambiguous outcome that a retry of the same
-# key resolves.
+# key resolves.  The outbox: emits (one and the batch form) land on the
+# shard of their scope, the business function's message commits with its
+# order, a relay works on one shard through the proxy (claim, ack, nack by
+# the shard's connection string; an ack sent to another shard or with a
+# stale token is refused), a dead message is retried by id on whichever
+# shard holds it, and idem_stuck and idem_stats on the proxy count the
+# outbox.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -17,8 +23,9 @@ use Test::More;
 my $nshards = 4;
 my $npartitions = 16;
 
-# The business of the tests, on every shard: an order is one row, written
-# by the function that claims and completes its key in one transaction.
+# The business of the tests, on every shard: an order is one row and one
+# outbox message, written by the function that claims and completes its key
+# in one transaction.
 my $shard_setup = q{
 	CREATE EXTENSION idempotency;
 	CREATE SCHEMA shop;
@@ -43,6 +50,7 @@ my $shard_setup = q{
 			INSERT INTO shop.orders VALUES (tenant, key, (body ->> 'amount')::integer, c.token);
 			result := jsonb_build_object('order', key, 'amount', (body ->> 'amount')::integer,
 			                             'port', current_setting('port'));
+			PERFORM public.idem_outbox_emit('shop.orders', key, result, 'OrderPlaced', scope => tenant);
 			PERFORM public.idem_complete(key, c.token, result, 201, tenant);
 		ELSE
 			result := c.result;
@@ -265,6 +273,119 @@ $r = $session->query(q{SELECT outcome FROM shop.place_order('tenant-13', 'order-
   if $r !~ /^(replay)$/;
 is($r, 'replay', 'after a shard backend was killed, the proxy reconnects and the retry replays');
 $session->quit;
+
+# 6. The outbox through the proxy.
+# Emits of 64 tenants: each message on the shard of its scope's tenant only,
+# under the id the proxy returned.
+my %emitted = map { split /\|/ } split /\n/, $proxy->safe_psql('postgres', qq{
+	SELECT e.id, idem_router_partition(sc.s) % $nshards
+	  FROM generate_series(1, $tenants) t,
+	       LATERAL (SELECT 'tenant-' || t || CASE WHEN t % 2 = 0 THEN '/orders' ELSE '' END AS s) sc,
+	       LATERAL idem_outbox_emit('tenant.events', 'e-' || t, jsonb_build_object('t', t),
+	                                'Happened', NULL, sc.s) e(id)});
+my %held;
+for my $i (0 .. $#shards)
+{
+	$held{$_} .= $i for split /\n/,
+	  $shards[$i]->safe_psql('postgres', q{SELECT id FROM idem_outbox WHERE aggregatetype = 'tenant.events'});
+}
+is(scalar(keys %emitted), $tenants, "$tenants emits through the proxy returned their ids");
+is(scalar(grep { ($held{$_} // '') ne $emitted{$_} } keys %emitted), 0,
+	'... each message on the shard of its scope\'s tenant only, under that id');
+is(scalar(keys %held), $tenants, '... and no other message of the topic on any shard');
+
+# The batch form: one call, its messages in array order on the tenant's shard.
+my $s8 = shard_of('tenant-8');
+my $batch = $proxy->safe_psql('postgres', q{
+	SELECT idem_outbox_emit_batch('batch', ARRAY['b1', 'b2', 'b3'],
+	                              ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[], scope => 'tenant-8/eu')});
+like($batch, qr/^\{[0-9a-f-]{36},[0-9a-f-]{36},[0-9a-f-]{36}\}$/, 'emit_batch through the proxy returns three ids');
+is($shards[$s8]->safe_psql('postgres', q{
+		SELECT '{' || string_agg(id::text, ',' ORDER BY seq) || '} ' || string_agg(aggregateid, ',' ORDER BY seq)
+		  FROM idem_outbox WHERE aggregatetype = 'batch' AND scope = 'tenant-8/eu'}),
+	"$batch b1,b2,b3", '... its messages on the tenant\'s shard, in array order, under those ids');
+is(join(',', map { $shards[$_]->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox WHERE aggregatetype = 'batch'}) } 0 .. $#shards),
+	join(',', map { $_ == $s8 ? 3 : 0 } 0 .. $#shards), '... and on no other shard');
+
+# The business function's message committed with its order, once, on the
+# tenant's shard (also for the orders of the ambiguous calls above).
+my ($wrong_messages, $where) = (0, '');
+for my $o ([ 'order-1', 'tenant-9' ], [ 'order-t', 'tenant-13' ], [ 'order-k', 'tenant-13' ], [ 'order-a', 'tenant-13' ])
+{
+	my ($key, $tenant) = @$o;
+	my $counts = join(',', map { $shards[$_]->safe_psql('postgres',
+		qq{SELECT count(*) FROM idem_outbox WHERE aggregatetype = 'shop.orders' AND aggregateid = '$key'}) } 0 .. $#shards);
+	my $s = shard_of($tenant);
+	$wrong_messages++ if $counts ne join(',', map { $_ == $s ? 1 : 0 } 0 .. $#shards);
+	$where .= " $key:$counts";
+}
+is($wrong_messages, 0, "each order's message exists once, on its tenant's shard ($where)");
+
+# A relay through the proxy works on one shard, named as in the map.
+my $cs8 = $proxy->safe_psql('postgres',
+	q{SELECT connstr FROM idem_router_partitions() WHERE partition = idem_router_partition('tenant-8')});
+my $other = $proxy->safe_psql('postgres',
+	qq{SELECT connstr FROM idem_router_partitions() WHERE connstr <> '$cs8' LIMIT 1});
+my @claimed = split /\n/, $proxy->safe_psql('postgres',
+	qq{SELECT id || ' ' || aggregateid || ' ' || token || ' ' || attempts
+	     FROM idem_outbox_claim_on('$cs8', 'proxy-relay', 100, '30s', ARRAY['batch'])});
+my @ids = map { (split / /)[0] } @claimed;
+my ($tok) = (split / /, $claimed[0] // '')[2];
+is(join(' ', map { join(' ', (split / /)[1, 3]) } @claimed), 'b1 1 b2 1 b3 1',
+	'idem_outbox_claim_on: the shard\'s messages of the topic, in emit order');
+is(scalar(keys %{ { map { (split / /)[2] => 1 } @claimed } }), 1, '... under one fencing token');
+($out, $err) = proxy_psql(qq{SELECT idem_outbox_ack_on('$other', ARRAY['$ids[0]']::uuid[], $tok)});
+like($err, qr/ERROR:  IK004: /, 'an ack sent to another shard finds no such message (IK004)');
+is($proxy->safe_psql('postgres', qq{SELECT idem_outbox_ack_on('$cs8', ARRAY['$ids[0]', '$ids[1]']::uuid[], $tok)}),
+	'2', 'idem_outbox_ack_on the claim\'s shard publishes');
+is($proxy->safe_psql('postgres',
+		qq{SELECT idem_outbox_nack_on('$cs8', '$ids[2]', $tok, '{"error": "refused"}', '0')}),
+	'pending', 'idem_outbox_nack_on gives a message back');
+my $stale = $proxy->safe_psql('postgres',
+	qq{SELECT token FROM idem_outbox_claim_on('$cs8', 'proxy-relay', 100, '50ms', ARRAY['batch'])});
+sleep(1);
+my $fresh = $proxy->safe_psql('postgres',
+	qq{SELECT token FROM idem_outbox_claim_on('$cs8', 'relay-2', 100, '30s', ARRAY['batch'])});
+cmp_ok($fresh, '>', $stale, 'after the lease a second relay takes the message over through the proxy');
+($out, $err) = proxy_psql(qq{SELECT idem_outbox_ack_on('$cs8', ARRAY['$ids[2]']::uuid[], $stale)});
+like($err, qr/ERROR:  IK002: /, 'the first relay\'s ack is refused as stale (IK002)');
+($out, $err) = proxy_psql(q{SELECT * FROM idem_outbox_claim_on('dbname=nowhere', 'r')});
+like($err, qr/ERROR:  22023: connection string is not one of the cluster's shards/,
+	'a shard that is not in the map: 22023');
+is($shards[$s8]->safe_psql('postgres',
+		q{SELECT string_agg(aggregateid || ' ' || status || ' ' || relay, ', ' ORDER BY seq) FROM idem_outbox WHERE aggregatetype = 'batch'}),
+	'b1 published proxy-relay, b2 published proxy-relay, b3 in_flight relay-2', '... on the shard: the relays\' work');
+
+# A dead message (made so on its shard), seen in idem_stuck on the proxy and
+# retried there by id.
+$shards[$s8]->safe_psql('postgres', qq{
+	SET idempotency.outbox_max_attempts = 1;
+	SELECT idem_outbox_nack('$ids[2]', $fresh, '{"error": "poison"}')});
+is($proxy->safe_psql('postgres',
+		qq{SELECT reason || ' ' || topic || ' ' || outbox_status || ' ' || (status IS NULL) || ' ' || shard
+		     FROM idem_stuck WHERE message_id = '$ids[2]'}),
+	'dead message batch dead true local:' . $shards[$s8]->port . '/postgres',
+	'idem_stuck on the proxy lists a dead message with its topic, id, status and shard');
+$proxy->safe_psql('postgres', qq{SELECT idem_outbox_retry('$ids[2]')});
+is($shards[$s8]->safe_psql('postgres', qq{SELECT status || ' ' || attempts FROM idem_outbox WHERE id = '$ids[2]'}),
+	'pending 0', 'idem_outbox_retry through the proxy puts it back on its shard');
+($out, $err) = proxy_psql(qq{SELECT idem_outbox_retry('$ids[2]')});
+like($err, qr/ERROR:  IK003: .*not dead/, '... a second retry: IK003 from the shard');
+($out, $err) = proxy_psql(q{SELECT idem_outbox_retry('00000000-0000-7000-8000-000000000000')});
+like($err, qr/ERROR:  IK004: outbox message .* does not exist/, '... an id no shard holds: IK004');
+($out, $err) = proxy_psql(q{SELECT idem_outbox_retry(NULL)});
+like($err, qr/ERROR:  22004: /, '... NULL: 22004');
+
+# The counters of the outbox add up over the shards.
+for my $counter ('outbox_emitted', 'outbox_published', 'outbox_dead', 'outbox_retried', 'outbox_taken_over')
+{
+	my $sum = 0;
+	$sum += $_->safe_psql('postgres', qq{SELECT value FROM idem_stats() WHERE counter = '$counter'}) for @shards;
+	is($proxy->safe_psql('postgres', qq{SELECT value FROM idem_stats() WHERE counter = '$counter'}), $sum,
+		"idem_stats on the proxy: $counter is the shards' sum ($sum)");
+}
+ok($proxy->safe_psql('postgres', q{SELECT value FROM idem_stats() WHERE counter = 'outbox_emitted'}) >= $tenants + 3 + 4,
+	'... which counted every emit');
 
 $proxy->stop;
 $_->stop for @shards;

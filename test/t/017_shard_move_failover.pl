@@ -13,6 +13,13 @@
 # owned: the old shard has nothing left to complete (IK004) and refuses new
 # claims of the partition (40001), the record moved with its token, and
 # after a takeover on the new shard the old token stays refused (IK002).
+# The partition's outbox moves with it, a message in every status, as it
+# was (tokens, leases, emit order): nothing of it is left to relay on the
+# source, whose relay's ack of a message it held finds nothing there (IK004);
+# a copy left frozen on the source is not handed out; on the target a
+# message keeps its lease, a take-over draws a token above the source's,
+# the old holder's ack is refused (IK002), and a message emitted after the
+# move waits behind its key's moved one.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker and the
 # move script, and python3-psycopg.
@@ -127,6 +134,31 @@ my $scope = $proxy->safe_psql('jepsen',
 	q{SELECT s FROM (SELECT 'fence-' || i AS s FROM generate_series(1, 1000) i) g
 	   WHERE idem_router_partition(s) = 5 LIMIT 1});
 my $token = $proxy->safe_psql('jepsen', "SELECT token FROM idem_claim('k', '\\x01', '3s', '$scope')");
+
+# The partition's outbox: five messages emitted through the proxy, and a
+# relay on shard 1 (on the shard directly) that publishes one, makes one
+# dead, and holds two in flight, one for an hour, one for 2 s.
+my %msg = map { $_ => $proxy->safe_psql('jepsen', "SELECT idem_outbox_emit('move', '$_', '{}', scope => '$scope')") }
+  qw(published dead held lapsing pending);
+sub src_claim
+{
+	my ($lease) = @_;
+	return split /\|/, $shards[1]->safe_psql('jepsen',
+		"SELECT id, token FROM idem_outbox_claim('relay-src', 1, '$lease', ARRAY['move'])");
+}
+my ($mid, $mtok) = src_claim('30s');
+$shards[1]->safe_psql('jepsen', "SELECT idem_outbox_ack(ARRAY['$mid']::uuid[], $mtok)");
+($mid, $mtok) = src_claim('30s');
+$shards[1]->safe_psql('jepsen',
+	"SET idempotency.outbox_max_attempts = 1; SELECT idem_outbox_nack('$mid', $mtok, '{\"error\": \"poison\"}')");
+my ($held_id, $held_token) = src_claim('1h');
+my ($lapsing_id, $lapsing_token) = src_claim('2s');
+my $outbox_rows = q{SELECT string_agg(o::text, E'\n' ORDER BY seq) FROM idem_outbox o WHERE aggregatetype = 'move'};
+my $before = $shards[1]->safe_psql('jepsen', $outbox_rows);
+is($shards[1]->safe_psql('jepsen',
+		q{SELECT string_agg(aggregateid || ' ' || status, ', ' ORDER BY seq) FROM idem_outbox WHERE aggregatetype = 'move'}),
+	'published published, dead dead, held in_flight, lapsing in_flight, pending pending',
+	'before the move, the partition\'s outbox on shard 1: a message in every status');
 IPC::Run::run([ $python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 5,
 		'--to', $map{3} ], '>', \$moved, '2>&1');
 like($moved, qr/partition 5 of 16 moved/, 'a partition with an owned key moved to shard 3');
@@ -138,6 +170,39 @@ $shards[1]->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_claim('k2', '\\
 	stdout => \$o, stderr => \$e);
 like($e, qr/ERROR:  40001: partition 5 of 16 has moved to another shard/,
 	'... and refuses a new claim of the partition with a retryable 40001 (the fence stays)');
+like($moved, qr/idem_outbox" 5\b/, 'the move copied the partition\'s five outbox messages');
+is($shards[3]->safe_psql('jepsen', $outbox_rows), $before,
+	'... to shard 3 as they were: status, token, lease, attempts, emit order');
+is($shards[1]->safe_psql('jepsen', q{SELECT count(*) FROM idem_outbox WHERE (idem_route_hash(scope) & 15) = 5}),
+	'0', 'no message of the partition is left on shard 1');
+is($shards[1]->safe_psql('jepsen', q{SELECT count(*) FROM idem_outbox_claim('relay-src', 100, '30s', ARRAY['move'])}),
+	'0', '... so its relay has nothing of it to hand out');
+$shards[1]->psql('jepsen',
+	"\\set VERBOSITY verbose\nSELECT idem_outbox_ack(ARRAY['$held_id']::uuid[], $held_token)",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  IK004: /,
+	'the source relay\'s ack of a message it held finds nothing on shard 1 (IK004): it publishes nothing as done');
+$shards[1]->psql('jepsen',
+	"\\set VERBOSITY verbose\nSELECT idem_outbox_emit('move', 'late', '{}', scope => '$scope')",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  40001: partition 5 of 16 has moved/, 'an emit of the partition on shard 1: 40001');
+# A copy left on the source (a move that failed between its switch and its
+# cleanup leaves one): frozen, never handed out there, its ack refused.
+$shards[1]->safe_psql('jepsen', qq{
+	SET session_replication_role = replica;
+	INSERT INTO idem_outbox (id, seq, token, created_at, available_at, lease_expires_at, updated_at,
+	                         attempts, status, scope, aggregatetype, aggregateid, payload)
+	VALUES ('$held_id', 1, 7, now(), now(), now() - interval '1s', now(), 1, 'in_flight', '$scope',
+	        'move', 'left', '{}')});
+is($shards[1]->safe_psql('jepsen', q{SELECT count(*) FROM idem_outbox_claim('relay-src', 100, '30s', ARRAY['move'])}),
+	'0', 'a copy left frozen on shard 1 (its lease run out) is not taken over by its relay');
+$shards[1]->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_outbox_ack(ARRAY['$held_id']::uuid[], 7)",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  40001: partition 5 of 16 has moved/, '... and an ack of it is refused with 40001');
+$shards[1]->safe_psql('jepsen', "DELETE FROM idem_outbox WHERE id = '$held_id'");
+my $later = $proxy->safe_psql('jepsen', "SELECT idem_outbox_emit('move', 'pending', '{\"n\": 2}', scope => '$scope')");
+is($shards[3]->safe_psql('jepsen', "SELECT count(*) FROM idem_outbox WHERE id = '$later'"), '1',
+	'an emit through the proxy after the move lands on shard 3');
 is($shards[3]->safe_psql('jepsen', "SELECT token || ' ' || status FROM idempotency_records WHERE scope = '$scope' AND key = 'k'"),
 	"$token processing", 'the record moved with its token');
 sleep(3.5);
@@ -148,6 +213,28 @@ cmp_ok($new, '>', $token, '... with a larger token');
 $proxy->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_complete('k', $token, '{}', 200, '$scope')",
 	stdout => \$o, stderr => \$e);
 like($e, qr/ERROR:  IK002: /, 'the stale owner is refused through the proxy (IK002) on the new shard');
+
+# The outbox on shard 3, through the proxy: the held message keeps its
+# hour-long lease, the lapsed one is taken over with a token above every one
+# the source issued, the pending one comes before the message its key
+# emitted after the move, and the old holder's ack is refused.
+my @got = split /\n/, $proxy->safe_psql('jepsen',
+	"SELECT aggregateid || ' ' || id || ' ' || token FROM idem_outbox_claim_on('$map{3}', 'relay-dst', 100, '30s', ARRAY['move']) ORDER BY aggregateid");
+is(join(', ', map { (split / /)[0] } @got), 'lapsing, pending',
+	'a relay of shard 3 gets a lapsed and a pending message, not the held one');
+my ($dst_token) = (split / /, $got[0] // '')[2];
+cmp_ok($dst_token // 0, '>', $lapsing_token, "... under a token above the source's ($lapsing_token)");
+is(join(' ', map { (split / /)[1] } @got), "$lapsing_id $msg{pending}", '... the moved ones, not the message their key emitted after the move');
+$proxy->psql('jepsen',
+	"\\set VERBOSITY verbose\nSELECT idem_outbox_ack_on('$map{3}', ARRAY['$lapsing_id']::uuid[], $lapsing_token)",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  IK002: /, 'the old holder\'s ack of the lapsed message on shard 3: IK002');
+is($proxy->safe_psql('jepsen',
+		"SELECT idem_outbox_ack_on('$map{3}', ARRAY['$lapsing_id', '$msg{pending}']::uuid[], $dst_token)"),
+	'2', 'the new holder acknowledges both');
+is($proxy->safe_psql('jepsen',
+		"SELECT string_agg(id::text, ' ') FROM idem_outbox_claim_on('$map{3}', 'relay-dst', 100, '30s', ARRAY['move'])"),
+	$later, '... and then the later message of the key is handed out');
 
 $proxy->stop;
 $standby->stop;
