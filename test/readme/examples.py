@@ -42,10 +42,11 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-FENCE = re.compile(r"^```(\S*)\s*$")
+FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 HEADING = re.compile(r"^(#{1,6}) (.*)$")
 MARKER = re.compile(r"^<!-- (not run|excerpt|output not compared|setup):\s*(.*?)\s*-->$", re.S)
 RUN = {"sql": "sql", "sh": "sh"}
@@ -78,24 +79,25 @@ def parse(path):
         marker = None
         if i > 0 and lines[i - 1].rstrip().endswith("-->"):
             j = i - 1
-            while j > 0 and not lines[j].startswith("<!--"):
+            while j > 0 and not lines[j].lstrip().startswith("<!--"):
                 j -= 1
-            m = MARKER.match("\n".join(lines[j:i]).strip())
+            m = MARKER.match("\n".join(l.strip() for l in lines[j:i]).strip())
             if m:
                 marker = (m.group(1), m.group(2))
-        start = i
+        start, indent = i, len(f.group(1))
         i += 1
         body = []
-        while i < len(lines) and not lines[i].startswith("```"):
-            body.append(lines[i])
+        while i < len(lines) and not lines[i].lstrip().startswith("```"):
+            body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
             i += 1
         i += 1
-        blocks.append(Block(start + 1, f.group(1), "\n".join(body), chapter, marker))
+        blocks.append(Block(start + 1, f.group(2), "\n".join(body), chapter, marker))
     # a text block right after a block (blank lines and a marker between)
     for prev, b in zip(blocks, blocks[1:]):
         if b.lang == "text" and prev.lang in RUN and prev.output is None:
             between = lines[prev.line + len(prev.text.split("\n")) + 1:b.line - 1]
-            if all(not l.strip() or l.startswith("<!--") or l.endswith("-->") for l in between):
+            if all(not l.strip() or l.lstrip().startswith("<!--") or l.rstrip().endswith("-->")
+                   for l in between):
                 prev.output = b
                 prev.output_marker = b.marker
     return blocks
@@ -147,20 +149,23 @@ def run_shell(script, db, ports):
     for example, port in ports.items():
         script = script.replace(str(example), str(port))
     env = dict(os.environ, PGDATABASE=db)
-    p = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=TIMEOUT)
-        status = p.returncode
-    except subprocess.TimeoutExpired:
-        out, status = b"(timed out)", -1
-    finally:
+    # the output into a file: a service the block leaves in the background
+    # keeps a pipe open, and the block ends when bash exits
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ROOT, env=env,
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            status = p.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            status = -1
         try:
             os.killpg(p.pid, 9)
         except ProcessLookupError:
             pass
-    return status, out.decode("utf-8", "replace")
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return status, text + ("\n(timed out)" if status == -1 else "")
 
 
 def trimmed(text):
@@ -185,7 +190,11 @@ def compare(block, out):
     if unexpected:
         return "it printed %s" % unexpected[0]
     n = len(want)
-    if not any(got[i:i + n] == want for i in range(len(got) - n + 1)):
+    # psql shows a value of several lines with a "+" at the end of each but
+    # the last: the README may show the value itself
+    unwrapped = [re.sub(r"^ ", "", re.sub(r"\s*\+$", "", l)) for l in got]
+    if not any(lines[i:i + n] == want for lines in (got, unwrapped)
+               for i in range(len(lines) - n + 1)):
         return "its output is not the one shown"
     return None
 
