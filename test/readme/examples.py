@@ -27,8 +27,9 @@ starts a throwaway one, the library preloaded):
                                                its output is not compared
       <!-- setup: SQL -->                      (before a sql block) SQL runs
                                                first, unseen by the reader
-  A block in another language (python, javascript, text without a block to
-  follow) is not run.
+  A block in another language (python, javascript) must be an excerpt or
+  marked not run; a `text` block or a bare one (a signature, a diagram) is
+  not run.
 
 Every internal link of README.md (`](#anchor)`) must name a heading of it,
 and every relative link of README.md, test/README.md and src/README.md
@@ -244,6 +245,12 @@ def main():
         if b.lang in RUN and b.marker and b.marker[0] == "not run" and not b.marker[1]:
             results.append((False, "README line %d: a block not run says why" % b.line,
                             "<!-- not run: --> without a reason"))
+    for b in blocks:
+        if b.lang not in RUN and b.lang not in ("", "text") and not (
+                b.marker and b.marker[0] in ("not run", "excerpt")):
+            results.append((False, "README line %d: a %s block is run, an excerpt, or marked" % (
+                b.line, b.lang), "an example in %s that is neither an excerpt of tested code nor "
+                "marked <!-- not run: REASON -->" % b.lang))
     chapters = []
     for b in blocks:
         if b.lang in RUN and not (b.marker and b.marker[0] in ("not run", "excerpt")):
