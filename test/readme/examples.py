@@ -31,6 +31,11 @@ starts a throwaway one, the library preloaded):
   marked not run; a `text` block or a bare one (a signature, a diagram) is
   not run.
 
+The Reference chapter must name every function, table, view, sequence,
+type and setting of the extension (as expected/surface.out lists them), and
+its Errors table (or Troubleshooting, for the purge worker's log lines)
+every SQLSTATE the C code raises.
+
 Every internal link of README.md (`](#anchor)`) must name a heading of it,
 and every relative link of README.md, test/README.md and src/README.md
 must name a file of the checkout (and, with an anchor, a heading of it).
@@ -236,6 +241,71 @@ def check_links(path):
     return bad
 
 
+def chapter_text(path, title):
+    """The text of the chapter (## title) of the file, fenced blocks included."""
+    out, inside, fence = [], False, False
+    for line in open(path, encoding="utf-8").read().split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+        h = None if fence else HEADING.match(line)
+        if h and len(h.group(1)) <= 2:
+            inside = h.group(2) == title
+        if inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def check_reference(readme):
+    """(ok, what, why) for the objects, settings and SQLSTATEs the Reference
+    must name: the extension's members and settings as expected/surface.out
+    lists them, and the SQLSTATEs the C code raises (by errcodes.h)."""
+    reference = chapter_text(readme, "Reference")
+    surface = open(os.path.join(ROOT, "expected", "surface.out"), encoding="utf-8").read()
+    members = re.findall(r"(?m)^ (function|table|view|sequence|type) (\w+)", surface)
+    settings = sorted(set(re.findall(r"(?m)^ (idempotency\.\w+) +\|", surface)))
+    named = lambda name: re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", reference)
+    results = []
+    for kinds, what in ((("function",), "function"), (("table", "view", "sequence", "type"),
+                                                      "table, view, sequence and type")):
+        names = sorted(set(n for k, n in members if k in kinds))
+        missing = [n for n in names if not named(n)]
+        results.append((not missing and bool(names),
+                        "the Reference names every %s of the extension (%d)" % (what, len(names)),
+                        missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+    missing = [s for s in settings if not named(s)]
+    results.append((not missing and bool(settings),
+                    "the Reference names every setting (%d)" % len(settings),
+                    missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+    # SQLSTATEs: ours (IK...) and PostgreSQL's that the C code raises
+    codes = {}
+    try:
+        inc = subprocess.run(["pg_config", "--includedir-server"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        for name, chars in re.findall(r"#define (ERRCODE_\w+)\s+MAKE_SQLSTATE\(([^)]*)\)",
+                                      open(os.path.join(inc, "utils", "errcodes.h")).read()):
+            codes[name] = "".join(re.findall(r"'(.)'", chars))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    header = open(os.path.join(ROOT, "src", "idempotency.h"), encoding="utf-8").read()
+    for name, chars in re.findall(r"#define (ERRCODE_\w+)\s+MAKE_SQLSTATE\(([^)]*)\)", header):
+        codes[name] = "".join(re.findall(r"'(.)'", chars))
+    raised = set()
+    for f in os.listdir(os.path.join(ROOT, "src")):
+        if f.endswith(".c"):
+            raised.update(re.findall(r"errcode\((ERRCODE_\w+)\)",
+                                     open(os.path.join(ROOT, "src", f), encoding="utf-8").read()))
+    # the Errors table, and Troubleshooting for the purge worker's log lines
+    errors = reference[reference.find("### Errors"):] + open(readme, encoding="utf-8").read()[
+        open(readme, encoding="utf-8").read().find("### Troubleshooting"):]
+    unknown = sorted(n for n in raised if n not in codes)
+    missing = sorted("%s (%s)" % (codes[n], n) for n in raised if n in codes
+                     and "`%s`" % codes[n] not in errors)
+    results.append((not missing and not unknown and bool(raised),
+                    "the Errors table and Troubleshooting name every SQLSTATE the C code raises (%d)" % len(raised),
+                    (missing or unknown) and ("missing: %s" % ", ".join(missing + unknown), "")))
+    return results
+
+
 def main():
     readme = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "README.md")
     blocks = parse(readme)
@@ -285,6 +355,7 @@ def main():
                     why = "it exited with status %d" % status
             results.append((why is None, what, why and (why, out)))
         psql.close()
+    results.extend(check_reference(readme))
     for path in ("README.md", "test/README.md", "src/README.md"):
         full = os.path.join(ROOT, path)
         if os.path.exists(full):
