@@ -10,7 +10,7 @@ IDEM_HOST_PG_MAJOR=15
 idem_packages() {
     echo "make gcc postgresql-$1 postgresql-server-dev-$1 postgresql-$1-repack" \
         "postgresql-$1-pgtap postgresql-$1-plproxy libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
-        "pgbouncer python3 python3-psycopg rabbitmq-server python3-pika"
+        "pgbouncer python3 python3-psycopg rabbitmq-server python3-pika curl"
 }
 IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""The README's SQL and shell examples run, and show what they print.
+
+Every fenced block of README.md whose language is `sql` or `sh` runs
+against the cluster that PGHOST, PGPORT and PGUSER point at (test/readme/run
+starts a throwaway one, the library preloaded):
+
+- Each chapter (a `## ` heading) gets a database of its own, created for it
+  with the extension (without it when one of the chapter's blocks runs
+  CREATE EXTENSION idempotency itself).  Its `sql` blocks run in order in
+  one psql session, so a transaction opened in one block goes on in the
+  next; its `sh` blocks run with bash (-e, pipefail) from the top of the
+  checkout, with PGDATABASE set to the chapter's database, each in a process
+  group of its own that is killed when the block ends (services it started
+  in the background go with it).  The ports 8090 and 8091 of the examples
+  are replaced by free ones.
+- A `text` block right after a block that runs is what that block prints:
+  its lines must appear, in that order and one after the other, in the
+  block's output (psql -q, no footers, no CONTEXT lines; trailing blanks do
+  not count).  Every ERROR line the block prints must be among the lines
+  shown.  A block without a `text` block must print no ERROR (and a shell
+  block must exit with 0).
+- The line just before a fence may be an HTML comment that says otherwise:
+      <!-- not run: REASON -->                 the block is not run
+      <!-- excerpt: PATH -->                   checked by excerpts.py instead
+      <!-- output not compared: REASON -->     (before a text block) it runs,
+                                               its output is not compared
+      <!-- setup: SQL -->                      (before a sql block) SQL runs
+                                               first, unseen by the reader
+  A block in another language (python, javascript) must be an excerpt or
+  marked not run; a `text` block or a bare one (a signature, a diagram) is
+  not run.
+
+The Reference chapter must name every function, table, view, sequence,
+type and setting of the extension (as expected/surface.out lists them), and
+its Errors table (or Troubleshooting, for the purge worker's log lines)
+every SQLSTATE the C code raises.
+
+Every internal link of README.md (`](#anchor)`) must name a heading of it,
+and every relative link of README.md, test/README.md and src/README.md
+must name a file of the checkout (and, with an anchor, a heading of it).
+
+TAP on stdout, one line per block that runs and one per link check.
+Usage: examples.py [README.md]"""
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+HEADING = re.compile(r"^(#{1,6}) (.*)$")
+MARKER = re.compile(r"^<!-- (not run|excerpt|output not compared|setup):\s*(.*?)\s*-->$", re.S)
+RUN = {"sql": "sql", "sh": "sh"}
+END = "@@idem-readme-example-end@@"
+TIMEOUT = 120
+
+
+class Block:
+    def __init__(self, line, lang, text, chapter, marker):
+        self.line, self.lang, self.text, self.chapter = line, lang, text, chapter
+        self.marker = marker      # (kind, argument) or None
+        self.output = None        # the text block that follows
+        self.output_marker = None
+
+
+def parse(path):
+    """The fenced blocks of the file, each with its chapter and marker."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    blocks, chapter, i = [], "", 0
+    while i < len(lines):
+        line = lines[i]
+        h = HEADING.match(line)
+        if h and len(h.group(1)) <= 2:
+            chapter = h.group(2)
+        f = FENCE.match(line)
+        if not f:
+            i += 1
+            continue
+        # the marker: an HTML comment ending on the line before the fence
+        marker = None
+        if i > 0 and lines[i - 1].rstrip().endswith("-->"):
+            j = i - 1
+            while j > 0 and not lines[j].lstrip().startswith("<!--"):
+                j -= 1
+            m = MARKER.match("\n".join(l.strip() for l in lines[j:i]).strip())
+            if m:
+                marker = (m.group(1), m.group(2))
+        start, indent = i, len(f.group(1))
+        i += 1
+        body = []
+        while i < len(lines) and not lines[i].lstrip().startswith("```"):
+            body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
+            i += 1
+        i += 1
+        blocks.append(Block(start + 1, f.group(2), "\n".join(body), chapter, marker))
+    # a text block right after a block (blank lines and a marker between)
+    for prev, b in zip(blocks, blocks[1:]):
+        if b.lang == "text" and prev.lang in RUN and prev.output is None:
+            between = lines[prev.line + len(prev.text.split("\n")) + 1:b.line - 1]
+            if all(not l.strip() or l.lstrip().startswith("<!--") or l.rstrip().endswith("-->")
+                   for l in between):
+                prev.output = b
+                prev.output_marker = b.marker
+    return blocks
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Psql:
+    """One psql session; run() sends a block and returns what it printed."""
+    def __init__(self, db):
+        self.p = subprocess.Popen(
+            ["psql", "-X", "-q", "-P", "footer=off", "-v", "ON_ERROR_STOP=0",
+             "-v", "VERBOSITY=default", "-v", "SHOW_CONTEXT=never", "-d", db],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            bufsize=0)
+        self.buf = b""
+
+    def run(self, sql):
+        self.p.stdin.write((sql + "\n\\echo " + END + "\n").encode())
+        self.p.stdin.flush()
+        deadline = time.time() + TIMEOUT
+        while (END + "\n").encode() not in self.buf:
+            left = deadline - time.time()
+            if left <= 0 or not select.select([self.p.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.p.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        out, self.buf = self.buf.split((END + "\n").encode(), 1)
+        text = out.decode("utf-8", "replace")
+        return re.sub(r"(?m)^psql:<stdin>:\d+: ", "", text)
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except Exception:
+            self.p.kill()
+
+
+def run_shell(script, db, ports):
+    for example, port in ports.items():
+        script = script.replace(str(example), str(port))
+    env = dict(os.environ, PGDATABASE=db)
+    # the output into a file: a service the block leaves in the background
+    # keeps a pipe open, and the block ends when bash exits
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ROOT, env=env,
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            status = p.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            status = -1
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return status, text + ("\n(timed out)" if status == -1 else "")
+
+
+def trimmed(text):
+    lines = [l.rstrip() for l in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def compare(block, out):
+    """None if out is what the block shows (or may print), else why not."""
+    got = trimmed(out)
+    errors = [l for l in got if re.match(r"^(ERROR|FATAL|PANIC):", l)]
+    if block.output is None or (block.output_marker or ("",))[0] == "output not compared":
+        shown = [] if block.output is None else trimmed(block.output.text)
+        unexpected = [e for e in errors if e not in shown]
+        return "it printed %s" % unexpected[0] if unexpected else None
+    want = trimmed(block.output.text)
+    unexpected = [e for e in errors if e not in want]
+    if unexpected:
+        return "it printed %s" % unexpected[0]
+    n = len(want)
+    # psql shows a value of several lines with a "+" at the end of each but
+    # the last: the README may show the value itself
+    unwrapped = [re.sub(r"^ ", "", re.sub(r"\s*\+$", "", l)) for l in got]
+    if not any(lines[i:i + n] == want for lines in (got, unwrapped)
+               for i in range(len(lines) - n + 1)):
+        return "its output is not the one shown"
+    return None
+
+
+def slug(title):
+    s = re.sub(r"[^\w\- ]", "", title.strip().lower())
+    return s.replace(" ", "-")
+
+
+def anchors(path):
+    out, seen, fence = set(), {}, False
+    for line in open(path, encoding="utf-8").read().split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+        h = None if fence else HEADING.match(line)
+        if h:
+            a = slug(h.group(2))
+            seen[a] = seen.get(a, -1) + 1
+            out.add(a if seen[a] == 0 else "%s-%d" % (a, seen[a]))
+    return out
+
+
+def check_links(path):
+    """Links of the file that lead nowhere."""
+    text = open(path, encoding="utf-8").read()
+    text = re.sub(r"(?ms)^```.*?^```", "", text)
+    here = os.path.dirname(path)
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(here, file)) if file else path
+        if not os.path.exists(full):
+            bad.append(target)
+        elif anchor and full.endswith(".md") and anchor not in anchors(full):
+            bad.append(target)
+    return bad
+
+
+def chapter_text(path, title):
+    """The text of the chapter (## title) of the file, fenced blocks included."""
+    out, inside, fence = [], False, False
+    for line in open(path, encoding="utf-8").read().split("\n"):
+        if line.startswith("```"):
+            fence = not fence
+        h = None if fence else HEADING.match(line)
+        if h and len(h.group(1)) <= 2:
+            inside = h.group(2) == title
+        if inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def check_reference(readme):
+    """(ok, what, why) for the objects, settings and SQLSTATEs the Reference
+    must name: the extension's members and settings as expected/surface.out
+    lists them, and the SQLSTATEs the C code raises (by errcodes.h)."""
+    reference = chapter_text(readme, "Reference")
+    surface = open(os.path.join(ROOT, "expected", "surface.out"), encoding="utf-8").read()
+    members = re.findall(r"(?m)^ (function|table|view|sequence|type) (\w+)", surface)
+    settings = sorted(set(re.findall(r"(?m)^ (idempotency\.\w+) +\|", surface)))
+    named = lambda name: re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", reference)
+    results = []
+    for kinds, what in ((("function",), "function"), (("table", "view", "sequence", "type"),
+                                                      "table, view, sequence and type")):
+        names = sorted(set(n for k, n in members if k in kinds))
+        missing = [n for n in names if not named(n)]
+        results.append((not missing and bool(names),
+                        "the Reference names every %s of the extension (%d)" % (what, len(names)),
+                        missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+    missing = [s for s in settings if not named(s)]
+    results.append((not missing and bool(settings),
+                    "the Reference names every setting (%d)" % len(settings),
+                    missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+    # SQLSTATEs: ours (IK...) and PostgreSQL's that the C code raises
+    codes = {}
+    try:
+        inc = subprocess.run(["pg_config", "--includedir-server"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        for name, chars in re.findall(r"#define (ERRCODE_\w+)\s+MAKE_SQLSTATE\(([^)]*)\)",
+                                      open(os.path.join(inc, "utils", "errcodes.h")).read()):
+            codes[name] = "".join(re.findall(r"'(.)'", chars))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    header = open(os.path.join(ROOT, "src", "idempotency.h"), encoding="utf-8").read()
+    for name, chars in re.findall(r"#define (ERRCODE_\w+)\s+MAKE_SQLSTATE\(([^)]*)\)", header):
+        codes[name] = "".join(re.findall(r"'(.)'", chars))
+    raised = set()
+    for f in os.listdir(os.path.join(ROOT, "src")):
+        if f.endswith(".c"):
+            raised.update(re.findall(r"errcode\((ERRCODE_\w+)\)",
+                                     open(os.path.join(ROOT, "src", f), encoding="utf-8").read()))
+    # the Errors table, and Troubleshooting for the purge worker's log lines
+    errors = reference[reference.find("### Errors"):] + open(readme, encoding="utf-8").read()[
+        open(readme, encoding="utf-8").read().find("### Troubleshooting"):]
+    unknown = sorted(n for n in raised if n not in codes)
+    missing = sorted("%s (%s)" % (codes[n], n) for n in raised if n in codes
+                     and "`%s`" % codes[n] not in errors)
+    results.append((not missing and not unknown and bool(raised),
+                    "the Errors table and Troubleshooting name every SQLSTATE the C code raises (%d)" % len(raised),
+                    (missing or unknown) and ("missing: %s" % ", ".join(missing + unknown), "")))
+    return results
+
+
+def main():
+    readme = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "README.md")
+    blocks = parse(readme)
+    ports = {8090: free_port(), 8091: free_port()}
+    results = []     # (ok, description, why)
+    for b in blocks:
+        if b.lang in RUN and b.marker and b.marker[0] == "not run" and not b.marker[1]:
+            results.append((False, "README line %d: a block not run says why" % b.line,
+                            "<!-- not run: --> without a reason"))
+    for b in blocks:
+        if b.lang not in RUN and b.lang not in ("", "text") and not (
+                b.marker and b.marker[0] in ("not run", "excerpt")):
+            results.append((False, "README line %d: a %s block is run, an excerpt, or marked" % (
+                b.line, b.lang), "an example in %s that is neither an excerpt of tested code nor "
+                "marked <!-- not run: REASON -->" % b.lang))
+    chapters = []
+    for b in blocks:
+        if b.lang in RUN and not (b.marker and b.marker[0] in ("not run", "excerpt")):
+            if not chapters or chapters[-1][0] != b.chapter:
+                chapters.append((b.chapter, []))
+            chapters[-1][1].append(b)
+    for n, (chapter, chapter_blocks) in enumerate(chapters, 1):
+        db = "readme_%02d_%s" % (n, re.sub(r"[^a-z0-9]+", "_", chapter.lower()).strip("_")[:40])
+        creates = any(re.search(r"(?mi)^\s*CREATE EXTENSION (IF NOT EXISTS )?idempotency\b", b.text)
+                      for b in chapter_blocks if b.lang == "sql")
+        subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", 'CREATE DATABASE "%s"' % db],
+                       check=True)
+        if not creates:
+            subprocess.run(["psql", "-X", "-q", "-d", db, "-c", "CREATE EXTENSION idempotency"],
+                           check=True)
+        psql = Psql(db)
+        for b in chapter_blocks:
+            what = "README line %d runs (%s, %s)" % (b.line, b.lang, chapter)
+            if b.lang == "sql":
+                sql = b.text
+                if b.marker and b.marker[0] == "setup":
+                    sql = b.marker[1] + "\n" + sql
+                out = psql.run(sql)
+                why = "no answer within %d s" % TIMEOUT if out is None else compare(b, out)
+                if out is None:   # a session stuck in a wait: start again
+                    psql.p.kill()
+                    psql = Psql(db)
+            else:
+                status, out = run_shell(b.text, db, ports)
+                why = compare(b, out)
+                if why is None and status != 0:
+                    why = "it exited with status %d" % status
+            results.append((why is None, what, why and (why, out)))
+        psql.close()
+    results.extend(check_reference(readme))
+    for path in ("README.md", "test/README.md", "src/README.md"):
+        full = os.path.join(ROOT, path)
+        if os.path.exists(full):
+            bad = check_links(full)
+            results.append((not bad, "every link of %s leads somewhere" % path,
+                            bad and ("links to nowhere: %s" % ", ".join(bad), "")))
+    print("1..%d" % len(results))
+    for k, (ok, what, why) in enumerate(results, 1):
+        print("%sok %d - %s" % ("" if ok else "not ", k, what))
+        if not ok:
+            reason, out = why if isinstance(why, tuple) else (why, "")
+            print("# " + reason)
+            for line in (out or "").split("\n")[-40:]:
+                print("#   " + line)
+    skipped = [b for b in blocks if b.lang in RUN and b.marker and b.marker[0] == "not run"]
+    print("# %d blocks ran, %d not run (marked), %d excerpts (excerpts.py)" % (
+        sum(1 for r in results if r[1].startswith("README line") and "runs" in r[1]),
+        len(skipped), sum(1 for b in blocks if b.marker and b.marker[0] == "excerpt")))
+    return 0 if all(ok for ok, _, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
