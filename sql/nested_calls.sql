@@ -37,6 +37,16 @@ END
 $$;
 CREATE TRIGGER nested BEFORE INSERT ON idempotency_records
     FOR EACH ROW EXECUTE FUNCTION nested_trigger();
+-- A statement trigger keeps the claim on its SPI INSERT (the insert without
+-- SPI, src/direct_write.c, has no plan to keep; statement triggers need the
+-- statement).
+CREATE FUNCTION nested_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER nested_statement AFTER INSERT ON idempotency_records
+    FOR EACH STATEMENT EXECUTE FUNCTION nested_statement();
 
 -- prepares the INSERT
 SELECT outcome, token FROM idem_claim('nested-first', '\x01');
@@ -63,9 +73,10 @@ SELECT key, status, token, result FROM idempotency_records
 WHERE key LIKE 'nested-%' ORDER BY key;
 
 DROP TRIGGER nested ON idempotency_records;
+DROP TRIGGER nested_statement ON idempotency_records;
 DELETE FROM idempotency_records WHERE key LIKE 'nested-%';
 SELECT setval('idem_token_epoch', 1, false) AS epoch_reset;  -- a DELETE moves the epoch
 DROP TABLE nested_seen;
-DROP FUNCTION nested_trigger(), nested_insert_plans();
+DROP FUNCTION nested_trigger(), nested_statement(), nested_insert_plans();
 SELECT idem_revoke_all('regress_nested');
 DROP ROLE regress_nested;

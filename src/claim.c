@@ -405,7 +405,7 @@ idem_claim(PG_FUNCTION_ARGS)
 			}
 			token = idem_store_first_token();
 			new_args[6] = Int64GetDatum(token);
-			if (idem_store_exec(&store, STMT_INSERT, new_args, NULL, false, NULL, NULL))
+			if (idem_store_insert_new(&store, new_args))
 			{
 				int64		later = idem_store_first_token();
 

@@ -37,6 +37,9 @@ int			idem_max_key_length = 255;
 int			idem_outbox_max_attempts = 10;
 int			idem_outbox_retention_s = 24 * 60 * 60;
 bool		idem_outbox_notify = true;
+
+/* off: every write of the records and the inbox runs its SQL statement */
+bool		idem_direct_writes = true;
 static int	idem_outbox_stuck_after_s = 5 * 60;
 
 /* Backends of a database that may wait in idem_await at once (await.c). */
@@ -129,6 +132,15 @@ _PG_init(void)
 							PGC_USERSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idempotency.direct_writes",
+							 "Whether claims, completions and inbox accepts skip SPI where they can.",
+							 "Off: each write runs its SQL statement through SPI, as before 0.2.0 (for comparison).",
+							 &idem_direct_writes,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idempotency.outbox_notify",
 							 "Whether idem_outbox_emit notifies relays on channel idem_outbox at commit.",

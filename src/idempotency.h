@@ -40,6 +40,7 @@ extern int	idem_max_key_length;
 extern int	idem_outbox_max_attempts;
 extern int	idem_outbox_retention_s;
 extern bool idem_outbox_notify;
+extern bool idem_direct_writes;
 
 /*
  * Record statuses, in the order of the idem_status enum labels.
@@ -190,9 +191,30 @@ extern uint64 idem_store_processed(void);
 extern int	idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
 										 bool read_only, long count);
 extern int64 idem_store_first_token(void);
+extern bool idem_store_insert_new(IdemStore *store, Datum *args);
+extern bool idem_store_inbox_insert(IdemStore *store, Datum *args);
+extern bool idem_store_update_owned(IdemStore *store, IdemStatement stmt, Datum *args,
+									const char *nulls);
 extern bool idem_store_exec_scalar(IdemStore *store, IdemStatement stmt, Datum *args,
 								   const char *nulls, Datum *value);
 extern Datum idem_status_datum(IdemStatus status);
+
+/* direct_write.c: INSERT ... ON CONFLICT DO NOTHING without SPI */
+typedef enum IdemDirectResult
+{
+	IDEM_DIRECT_REFUSED,		/* not for this caller or table: use SPI */
+	IDEM_DIRECT_WRITTEN,
+	IDEM_DIRECT_NOT_WRITTEN		/* the key exists, no row matched, or a
+								 * trigger skipped the row */
+} IdemDirectResult;
+
+typedef bool (*IdemFillRow) (TupleDesc desc, Datum *values, bool *nulls, bool *given,
+							 void *arg);
+extern IdemDirectResult idem_direct_insert(Oid relid, IdemFillRow fill, void *arg);
+typedef bool (*IdemUpdateRow) (TupleDesc desc, Datum *values, bool *nulls, void *arg);
+extern IdemDirectResult idem_direct_update(Oid relid, Datum key1, Datum key2,
+										   const AttrNumber *cols, int ncols,
+										   IdemUpdateRow update, void *arg);
 
 /* A compiled state machine (machine.c). */
 /*

@@ -88,7 +88,7 @@ idem_inbox_accept(PG_FUNCTION_ARGS)
 	 */
 	for (int round = 0;; round++)
 	{
-		if (idem_store_exec(&store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL) ||
+		if (idem_store_inbox_insert(&store, args) ||
 			idem_store_exec(&store, STMT_INBOX_REVIVE, args, NULL, false, NULL, NULL))
 		{
 			accepted = true;

@@ -157,7 +157,8 @@ owner_update(FunctionCallInfo fcinfo, IdemStatement stmt, Datum *args,
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	if (write != NULL)
 		check_headers_column(write->headers);
-	if (!idem_store_exec(&store, stmt, args, nulls, false, rec, caller_cxt))
+	if (!(rec == NULL ? idem_store_update_owned(&store, stmt, args, nulls) :
+		  idem_store_exec(&store, stmt, args, nulls, false, rec, caller_cxt)))
 		explain_owner_miss(&store, DatumGetTextPP(args[0]), DatumGetTextPP(args[1]),
 						   DatumGetInt64(args[2]), action, write);
 	idem_store_close(&store);

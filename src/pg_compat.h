@@ -75,4 +75,58 @@
 #define idem_lock_held_by_me(tag, mode)	LockHeldByMe((tag), (mode))
 #endif
 
+/*
+ * 16 gave ExecInsertIndexTuples an onlySummarizing argument (HOT updates
+ * that change only summarizing indexes' columns); an insert updates all.
+ */
+#if PG_VERSION_NUM >= 160000
+#define idem_insert_index_tuples(rri, slot, estate, nodup, conflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, (nodup), (conflict), \
+						  (arbiters), false)
+#else
+#define idem_insert_index_tuples(rri, slot, estate, nodup, conflict, arbiters) \
+	ExecInsertIndexTuples((rri), (slot), (estate), false, (nodup), (conflict), \
+						  (arbiters))
+#endif
+
+/*
+ * 16 gave EvalPlanQualInit the list of result relations.  The direct
+ * update never rechecks through EPQ (it holds the row lock before the
+ * executor's trigger code looks), but ExecSimpleRelationUpdate wants one.
+ */
+#if PG_VERSION_NUM >= 160000
+#define idem_epq_init(epqstate, estate) \
+	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1, NIL)
+#else
+#define idem_epq_init(epqstate, estate) \
+	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1)
+#endif
+
+/*
+ * 18 gave ExecCheckIndexConstraints the TID of a tuple to ignore (ON
+ * CONFLICT DO UPDATE of a row moved by a concurrent update); an insert has
+ * none.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_check_index_constraints(rri, slot, estate, conflict_tid, no_tid, arbiters) \
+	ExecCheckIndexConstraints((rri), (slot), (estate), (conflict_tid), (no_tid), \
+							  (arbiters))
+#else
+#define idem_check_index_constraints(rri, slot, estate, conflict_tid, no_tid, arbiters) \
+	((void) (no_tid), \
+	 ExecCheckIndexConstraints((rri), (slot), (estate), (conflict_tid), (arbiters)))
+#endif
+
+/*
+ * 18 added virtual generated columns; like stored ones they need the
+ * executor's expression machinery, which the direct writes leave to SPI.
+ */
+#if PG_VERSION_NUM >= 180000
+#define idem_has_generated(constr) \
+	((constr) != NULL && ((constr)->has_generated_stored || (constr)->has_generated_virtual))
+#else
+#define idem_has_generated(constr) \
+	((constr) != NULL && (constr)->has_generated_stored)
+#endif
+
 #endif							/* IDEM_PG_COMPAT_H */

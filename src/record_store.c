@@ -7,7 +7,10 @@
  * executed with SPI.  That keeps the table an ordinary table: the caller's
  * privileges, row-level security and triggers apply, and the statements get
  * the executor's unique-index, row-locking and EvalPlanQual behaviour under
- * every isolation level.
+ * every isolation level.  The exceptions do the same without SPI where that
+ * is provably the same: the primary-key read (idem_store_fetch), the new
+ * record's INSERT, idem_complete's UPDATE and the inbox's INSERT
+ * (direct_write.c, which says when it applies; otherwise the statement runs).
  *
  * Each statement is prepared once per backend, on first use, and kept with
  * SPI_keepplan.  The SQL is search_path-proof: the table is qualified with
@@ -1155,6 +1158,192 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	index_close(index, AccessShareLock);
 	table_close(heap, NoLock);
 	return in_progress;
+}
+
+/*
+ * The new record of STMT_INSERT, by position: the caller of the direct
+ * insert has checked the row type with idem_check_record_shape.  args as
+ * STMT_INSERT's.
+ */
+static bool
+fill_new_record(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *arg)
+{
+	Datum	   *args = (Datum *) arg;
+
+	(void) idem_check_record_shape(desc);
+#define SET_COLUMN(col, value) \
+	(values[col] = (value), nulls[col] = false, given[col] = true)
+	SET_COLUMN(COL_SCOPE, args[0]);
+	SET_COLUMN(COL_KEY, args[1]);
+	SET_COLUMN(COL_FINGERPRINT, args[2]);
+	SET_COLUMN(COL_TOKEN, args[6]);
+	SET_COLUMN(COL_LEASE_EXPIRES_AT, args[3]);
+	SET_COLUMN(COL_CREATED_AT, args[4]);
+	SET_COLUMN(COL_UPDATED_AT, args[4]);
+	SET_COLUMN(COL_EXPIRES_AT, args[5]);
+	SET_COLUMN(COL_PURGE_AFTER, args[5]);
+	SET_COLUMN(COL_STATUS, idem_status_datum(IDEM_PROCESSING));
+	SET_COLUMN(COL_ATTEMPTS, Int32GetDatum(1));
+#undef SET_COLUMN
+	return true;
+}
+
+/*
+ * STMT_INSERT: a new record unless the key exists.  Without SPI where
+ * direct_write.c allows it, otherwise the statement.  Returns whether a row
+ * was inserted.
+ */
+bool
+idem_store_insert_new(IdemStore *store, Datum *args)
+{
+	switch (idem_direct_insert(objects->records, fill_new_record, args))
+	{
+		case IDEM_DIRECT_WRITTEN:
+			return true;
+		case IDEM_DIRECT_NOT_WRITTEN:
+			return false;
+		case IDEM_DIRECT_REFUSED:
+			break;
+	}
+	return idem_store_exec(store, STMT_INSERT, args, NULL, false, NULL, NULL);
+}
+
+/*
+ * STMT_INBOX_INSERT's row, its columns found by name: args[0] consumer,
+ * args[1] message id, args[2] expiry.
+ */
+static bool
+fill_inbox_row(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *arg)
+{
+	static const char *const names[3] = {"consumer", "message_id", "expires_at"};
+	Datum	   *args = (Datum *) arg;
+	int			found = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		for (int c = 0; c < 3; c++)
+		{
+			if (strcmp(NameStr(att->attname), names[c]) == 0)
+			{
+				values[i] = args[c];
+				nulls[i] = false;
+				given[i] = true;
+				found++;
+			}
+		}
+	}
+	return found == 3;
+}
+
+/* STMT_INBOX_INSERT, without SPI where direct_write.c allows it. */
+bool
+idem_store_inbox_insert(IdemStore *store, Datum *args)
+{
+	switch (idem_direct_insert(objects->inbox, fill_inbox_row, args))
+	{
+		case IDEM_DIRECT_WRITTEN:
+			return true;
+		case IDEM_DIRECT_NOT_WRITTEN:
+			return false;
+		case IDEM_DIRECT_REFUSED:
+			break;
+	}
+	return idem_store_exec(store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL);
+}
+
+/* STMT_COMPLETE's arguments, for complete_record */
+typedef struct CompleteArgs
+{
+	Datum	   *args;
+	const char *nulls;
+	AttrNumber	headers;		/* response_headers, or 0 */
+} CompleteArgs;
+
+static bool
+same_text(Datum a, Datum b)
+{
+	return DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, a, b));
+}
+
+/*
+ * STMT_COMPLETE on the locked, newest version of the row: its WHERE clause,
+ * then its SET list, with the same functions the SQL calls (the expiry
+ * shift is timestamptz - timestamptz + interval, in the session's time
+ * zone).
+ */
+static bool
+complete_record(TupleDesc desc, Datum *values, bool *nulls, void *arg)
+{
+	CompleteArgs *c = (CompleteArgs *) arg;
+	Datum	   *args = c->args;
+	bool		has_nulls = c->nulls != NULL;
+	Datum		took;
+
+	if (nulls[COL_SCOPE] || nulls[COL_KEY] || nulls[COL_TOKEN] || nulls[COL_STATUS] ||
+		!same_text(values[COL_SCOPE], args[0]) || !same_text(values[COL_KEY], args[1]) ||
+		DatumGetInt64(values[COL_TOKEN]) != DatumGetInt64(args[2]) ||
+		DatumGetObjectId(values[COL_STATUS]) != objects->status_labels[IDEM_PROCESSING] ||
+		nulls[COL_LEASE_EXPIRES_AT])
+		return false;
+
+#define SET_COLUMN(col, value, isnull) (values[col] = (value), nulls[col] = (isnull))
+	SET_COLUMN(COL_STATUS, idem_status_datum(IDEM_SUCCEEDED), false);
+	SET_COLUMN(COL_RESULT, args[3], has_nulls && c->nulls[3] == 'n');
+	SET_COLUMN(COL_RESPONSE_CODE, args[4], has_nulls && c->nulls[4] == 'n');
+	if (c->headers != InvalidAttrNumber)
+		SET_COLUMN(c->headers - 1, args[6], has_nulls && c->nulls[6] == 'n');
+	SET_COLUMN(COL_ERROR, (Datum) 0, true);
+	SET_COLUMN(COL_COMPLETED_AT, args[5], false);
+	SET_COLUMN(COL_UPDATED_AT, args[5], false);
+	SET_COLUMN(COL_LEASE_EXPIRES_AT, (Datum) 0, true);
+	if (nulls[COL_EXPIRES_AT] || nulls[COL_CREATED_AT])
+		SET_COLUMN(COL_EXPIRES_AT, (Datum) 0, true);
+	else
+	{
+		took = DirectFunctionCall2(timestamp_mi, args[5], values[COL_CREATED_AT]);
+		SET_COLUMN(COL_EXPIRES_AT,
+				   DirectFunctionCall2(timestamptz_pl_interval, values[COL_EXPIRES_AT], took),
+				   false);
+	}
+#undef SET_COLUMN
+	return true;
+}
+
+/*
+ * An owner's UPDATE without RETURNING (idem_complete's STMT_COMPLETE):
+ * without SPI where direct_write.c allows it.  Returns whether the row
+ * matched.
+ */
+bool
+idem_store_update_owned(IdemStore *store, IdemStatement stmt, Datum *args,
+						const char *nulls)
+{
+	if (stmt == STMT_COMPLETE)
+	{
+		CompleteArgs c = {args, nulls, objects->records_headers};
+		AttrNumber	cols[9] = {
+			COL_STATUS + 1, COL_RESULT + 1, COL_RESPONSE_CODE + 1, COL_ERROR + 1,
+			COL_COMPLETED_AT + 1, COL_UPDATED_AT + 1, COL_LEASE_EXPIRES_AT + 1,
+			COL_EXPIRES_AT + 1, c.headers
+		};
+
+		switch (idem_direct_update(objects->records, args[0], args[1], cols,
+								   c.headers != InvalidAttrNumber ? 9 : 8,
+								   complete_record, &c))
+		{
+			case IDEM_DIRECT_WRITTEN:
+				return true;
+			case IDEM_DIRECT_NOT_WRITTEN:
+				return false;
+			case IDEM_DIRECT_REFUSED:
+				break;
+		}
+	}
+	return idem_store_exec(store, stmt, args, nulls, false, NULL, NULL);
 }
 
 /*

@@ -1,0 +1,129 @@
+-- The claim's and the inbox's inserts without SPI (src/direct_write.c) behave
+-- as the INSERT ... ON CONFLICT DO NOTHING they replace: the records' state
+-- machine trigger and user row triggers fire (BEFORE at once, AFTER at the
+-- end of the call, deferred ones at SET CONSTRAINTS / commit), statement
+-- triggers still fire (those callers keep the SPI statement), CHECK
+-- constraints and column defaults apply, a caller without INSERT or SELECT
+-- gets 42501, a read-only transaction 25006, and idempotency.direct_writes =
+-- off (the SPI statements) stores the same rows.  Keys are prefixed "dw.";
+-- everything is rolled back.
+BEGIN;
+SELECT plan(24);
+
+CREATE TABLE pg_temp.dw_log (what text, key text);
+CREATE FUNCTION pg_temp.dw_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pg_temp.dw_log VALUES (TG_WHEN || ' ' || TG_LEVEL || ' ' || TG_TABLE_NAME,
+                                       CASE WHEN TG_LEVEL = 'ROW'
+                                            THEN coalesce(to_jsonb(NEW)->>'key', to_jsonb(NEW)->>'message_id')
+                                       END);
+    IF TG_WHEN = 'BEFORE' AND TG_LEVEL = 'ROW' AND TG_TABLE_NAME = 'idempotency_records' THEN
+        IF NEW.key = 'dw.refused' THEN
+            RAISE EXCEPTION 'refused by a user trigger' USING ERRCODE = 'P0001';
+        END IF;
+        NEW.recovery_point := coalesce(NEW.recovery_point, 'set by trigger');
+        RETURN NEW;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- row triggers --------------------------------------------------------------------------------------------
+CREATE TRIGGER dw_before BEFORE INSERT ON idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.dw_log_row();
+CREATE TRIGGER dw_after AFTER INSERT ON idempotency_records
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.dw_log_row();
+CREATE CONSTRAINT TRIGGER dw_deferred AFTER INSERT ON idempotency_records
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pg_temp.dw_log_row();
+
+SELECT is((SELECT outcome FROM idem_claim('dw.a', '\x01', '1 minute')), 'new', 'a new key is claimed');
+SELECT is((SELECT array_agg(what ORDER BY what) FROM pg_temp.dw_log WHERE key = 'dw.a'),
+          ARRAY['AFTER ROW idempotency_records', 'BEFORE ROW idempotency_records'],
+          'BEFORE and AFTER row triggers fired within the call; the deferred one waits');
+SELECT is((SELECT recovery_point FROM idem_lookup('dw.a')), 'set by trigger',
+          'the row stored is the one the BEFORE trigger returned');
+SET CONSTRAINTS dw_deferred IMMEDIATE;
+SELECT is((SELECT count(*) FROM pg_temp.dw_log WHERE key = 'dw.a'), 3::bigint,
+          'the deferred constraint trigger was queued and fires at SET CONSTRAINTS');
+SET CONSTRAINTS dw_deferred DEFERRED;
+SELECT throws_ok($$SELECT idem_claim('dw.refused', '\x01', '1 minute')$$, 'P0001',
+                 'refused by a user trigger', 'an error of a BEFORE trigger aborts the claim');
+SELECT is((SELECT count(*) FROM idempotency_records WHERE key = 'dw.refused'), 0::bigint,
+          'and nothing is written');
+SELECT is((SELECT outcome FROM idem_claim('dw.a', '\x01', '1 minute')), 'in_progress',
+          'a second claim of the key finds it (the conflict is not inserted twice)');
+SELECT is((SELECT count(*) FROM pg_temp.dw_log WHERE key = 'dw.a'), 3::bigint,
+          'and fires no trigger: it read the record and wrote nothing');
+SELECT lives_ok($$SELECT idem_complete('dw.a', (SELECT token FROM idempotency_records WHERE key = 'dw.a'), '{}')$$,
+                'the record completes');
+
+-- the records' state machine trigger still fires: with processing no initial state, a claim is refused
+SAVEPOINT machine;
+UPDATE idem_machines SET initial_states = '{succeeded}' WHERE name = 'idem.record';
+SELECT throws_ok($$SELECT idem_claim('dw.m', '\x01', '1 minute')$$, 'IK005', NULL,
+                 'the state machine trigger checks the new record');
+ROLLBACK TO SAVEPOINT machine;
+DROP TRIGGER dw_before ON idempotency_records;
+DROP TRIGGER dw_after ON idempotency_records;
+DROP TRIGGER dw_deferred ON idempotency_records;
+
+-- statement triggers: the SPI statement fires them ----------------------------------------------------
+CREATE TRIGGER dw_statement AFTER INSERT ON idempotency_records
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.dw_log_row();
+SELECT is((SELECT outcome FROM idem_claim('dw.s', '\x01', '1 minute')), 'new', 'a claim with a statement trigger');
+SELECT is((SELECT count(*) FROM pg_temp.dw_log WHERE what = 'AFTER STATEMENT idempotency_records'), 1::bigint,
+          'the statement trigger fired once');
+DROP TRIGGER dw_statement ON idempotency_records;
+
+-- defaults and constraints ------------------------------------------------------------------------------
+ALTER TABLE idempotency_records ALTER COLUMN recovery_point SET DEFAULT 'default point';
+SELECT is((SELECT outcome FROM idem_claim('dw.d', '\x01', '1 minute')), 'new', 'a claim with a column DEFAULT');
+SELECT is((SELECT recovery_point FROM idempotency_records WHERE key = 'dw.d'), 'default point',
+          'a column the claim does not set gets its DEFAULT');
+ALTER TABLE idempotency_records ALTER COLUMN recovery_point DROP DEFAULT;
+ALTER TABLE idempotency_records ADD CONSTRAINT dw_check CHECK (key <> 'dw.forbidden') NOT VALID;
+SELECT throws_ok($$SELECT idem_claim('dw.forbidden', '\x01', '1 minute')$$, '23514', NULL,
+                 'a CHECK constraint is checked');
+ALTER TABLE idempotency_records DROP CONSTRAINT dw_check;
+
+-- privileges and read-only transactions ---------------------------------------------------------------
+CREATE ROLE regress_idem_dw_reader;
+GRANT USAGE ON SCHEMA public TO regress_idem_dw_reader;
+GRANT SELECT ON idempotency_records, idem_inbox TO regress_idem_dw_reader;
+SET LOCAL ROLE regress_idem_dw_reader;
+SELECT throws_ok($$SELECT idem_claim('dw.p', '\x01', '1 minute')$$, '42501', NULL,
+                 'SELECT without INSERT: the claim of a new key gets 42501');
+SELECT throws_ok($$SELECT idem_inbox_accept('dw.consumer', 'dw.p')$$, '42501', NULL,
+                 'and so does an inbox accept');
+RESET ROLE;
+SAVEPOINT read_only;
+SET LOCAL transaction_read_only = on;
+SELECT throws_ok($$SELECT idem_claim('dw.ro', '\x01', '1 minute')$$, '25006', NULL,
+                 'a read-only transaction cannot claim a new key');
+ROLLBACK TO SAVEPOINT read_only;
+
+-- with idempotency.direct_writes off the SPI statements write the same rows -----------------------------
+SELECT lives_ok($$SELECT idem_complete('dw.on', (SELECT token FROM idem_claim('dw.on', '\x02', '1 minute')), '{"a": 1}', 201)$$,
+                'a claim and completion with the direct writes');
+SET LOCAL idempotency.direct_writes = off;
+SELECT lives_ok($$SELECT idem_complete('dw.off', (SELECT token FROM idem_claim('dw.off', '\x02', '1 minute')), '{"a": 1}', 201)$$,
+                'the same through SPI');
+RESET idempotency.direct_writes;
+SELECT is((SELECT to_jsonb(r) - '{key,created_at,updated_at,completed_at,lease_expires_at,expires_at,purge_after}'::text[]
+           FROM idempotency_records r WHERE key = 'dw.on'),
+          (SELECT to_jsonb(r) - '{key,created_at,updated_at,completed_at,lease_expires_at,expires_at,purge_after}'::text[]
+           FROM idempotency_records r WHERE key = 'dw.off'),
+          'both rows are the same but for the key and the times');
+SELECT is((SELECT expires_at - completed_at FROM idempotency_records WHERE key = 'dw.on'),
+          (SELECT expires_at - completed_at FROM idempotency_records WHERE key = 'dw.off'),
+          'and both keep the retention from completion');
+
+-- the inbox --------------------------------------------------------------------------------------------
+CREATE TRIGGER dw_inbox AFTER INSERT ON idem_inbox
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.dw_log_row();
+SELECT ok(idem_inbox_accept('dw.consumer', 'dw.m1') AND NOT idem_inbox_accept('dw.consumer', 'dw.m1'),
+          'the inbox accepts a new message once');
+SELECT is((SELECT count(*) FROM pg_temp.dw_log WHERE what = 'AFTER ROW idem_inbox' AND key = 'dw.m1'),
+          1::bigint, 'its AFTER row trigger fired once');
+
+SELECT * FROM finish();
+ROLLBACK;
