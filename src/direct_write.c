@@ -67,6 +67,7 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
@@ -104,6 +105,24 @@ relation_allows_direct_insert(Relation rel)
 		 trigdesc->trig_insert_instead_row || trigdesc->trig_insert_new_table))
 		return false;
 	return !idem_has_generated(constr);
+}
+
+/*
+ * A column the row does not give whose type is a domain: the INSERT would
+ * check the domain's constraints on its default (or NULL), which
+ * build_column_default alone does not.
+ */
+static bool
+has_domain_column_not_given(TupleDesc desc, const bool *given)
+{
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!given[i] && !att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -237,9 +256,13 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
 		slot->tts_isnull[i] = true;
 	}
 	MemoryContextSwitchTo(old);
-	if (!fill(desc, slot->tts_values, slot->tts_isnull, given, arg))
+	if (!fill(desc, slot->tts_values, slot->tts_isnull, given, arg) ||
+		has_domain_column_not_given(desc, given))
 	{
-		/* not the columns the caller knows: let the statement decide */
+		/*
+		 * not the columns or types the caller knows (an administrator
+		 * changed the table): let the statement decide, with its casts
+		 */
 		ExecCloseResultRelations(estate);
 		ExecResetTupleTable(estate->es_tupleTable, false);
 		FreeExecutorState(estate);
@@ -354,7 +377,7 @@ apply_update(TupleDesc desc, TupleTableSlot *oldslot, TupleTableSlot *newslot,
 
 IdemDirectResult
 idem_direct_update(Oid relid, Datum key1, Datum key2, const AttrNumber *cols, int ncols,
-				   IdemUpdateRow update, void *arg)
+				   IdemCheckRowType check, IdemUpdateRow update, void *arg)
 {
 	Relation	rel;
 	Relation	index;
@@ -380,7 +403,8 @@ idem_direct_update(Oid relid, Datum key1, Datum key2, const AttrNumber *cols, in
 		check_enable_rls(relid, InvalidOid, true) != RLS_NONE)
 		return IDEM_DIRECT_REFUSED;
 	rel = table_open(relid, RowExclusiveLock);
-	if (!relation_allows_direct_update(rel, cols, ncols))
+	if (!relation_allows_direct_update(rel, cols, ncols) ||
+		(check != NULL && !check(RelationGetDescr(rel))))
 	{
 		table_close(rel, NoLock);
 		return IDEM_DIRECT_REFUSED;

@@ -212,8 +212,11 @@ typedef bool (*IdemFillRow) (TupleDesc desc, Datum *values, bool *nulls, bool *g
 							 void *arg);
 extern IdemDirectResult idem_direct_insert(Oid relid, IdemFillRow fill, void *arg);
 typedef bool (*IdemUpdateRow) (TupleDesc desc, Datum *values, bool *nulls, void *arg);
+/* Are the table's columns of the types update reads and writes? */
+typedef bool (*IdemCheckRowType) (TupleDesc desc);
 extern IdemDirectResult idem_direct_update(Oid relid, Datum key1, Datum key2,
 										   const AttrNumber *cols, int ncols,
+										   IdemCheckRowType check,
 										   IdemUpdateRow update, void *arg);
 
 /* A compiled state machine (machine.c). */

@@ -1161,16 +1161,59 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 }
 
 /*
- * The new record of STMT_INSERT, by position: the caller of the direct
- * insert has checked the row type with idem_check_record_shape.  args as
- * STMT_INSERT's.
+ * Are the records' columns of the types the install script gave them (no
+ * typmod, no domain)?  The writes without SPI store C values by position;
+ * a column whose type an administrator changed needs the statement's casts,
+ * typmod rounding and domain checks, so then the statement runs instead.
+ * The shape (names and positions) is checked first.
+ */
+static bool
+records_have_native_types(TupleDesc desc)
+{
+	static const Oid types[IDEM_BASE_COLUMNS] = {
+		[COL_SCOPE] = TEXTOID, [COL_KEY] = TEXTOID, [COL_FINGERPRINT] = BYTEAOID,
+		[COL_TOKEN] = INT8OID, [COL_LEASE_EXPIRES_AT] = TIMESTAMPTZOID,
+		[COL_CREATED_AT] = TIMESTAMPTZOID, [COL_UPDATED_AT] = TIMESTAMPTZOID,
+		[COL_COMPLETED_AT] = TIMESTAMPTZOID, [COL_EXPIRES_AT] = TIMESTAMPTZOID,
+		[COL_PURGE_AFTER] = TIMESTAMPTZOID, [COL_STATUS] = InvalidOid,
+		[COL_ATTEMPTS] = INT4OID, [COL_RESPONSE_CODE] = INT4OID,
+		[COL_RETRYABLE] = BOOLOID, [COL_RECOVERY_POINT] = TEXTOID,
+		[COL_RESULT] = JSONBOID, [COL_ERROR] = JSONBOID
+	};
+	AttrNumber	headers = idem_check_record_shape(desc);
+
+	/* response_headers as the statements were prepared for (not dropped since) */
+	if (headers != objects->records_headers)
+		return false;
+	for (int i = 0; i < IDEM_BASE_COLUMNS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Oid			type = i == COL_STATUS ? objects->status_type : types[i];
+
+		if (att->atttypid != type || att->atttypmod != -1)
+			return false;
+	}
+	if (headers != InvalidAttrNumber)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, headers - 1);
+
+		if (att->atttypid != JSONBOID || att->atttypmod != -1)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The new record of STMT_INSERT, by position, after the shape check.  args
+ * as STMT_INSERT's.
  */
 static bool
 fill_new_record(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *arg)
 {
 	Datum	   *args = (Datum *) arg;
 
-	(void) idem_check_record_shape(desc);
+	if (!records_have_native_types(desc))
+		return false;
 #define SET_COLUMN(col, value) \
 	(values[col] = (value), nulls[col] = false, given[col] = true)
 	SET_COLUMN(COL_SCOPE, args[0]);
@@ -1216,6 +1259,7 @@ static bool
 fill_inbox_row(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *arg)
 {
 	static const char *const names[3] = {"consumer", "message_id", "expires_at"};
+	static const Oid types[3] = {TEXTOID, TEXTOID, TIMESTAMPTZOID};
 	Datum	   *args = (Datum *) arg;
 	int			found = 0;
 
@@ -1229,6 +1273,9 @@ fill_inbox_row(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *ar
 		{
 			if (strcmp(NameStr(att->attname), names[c]) == 0)
 			{
+				/* a changed type needs the statement's cast */
+				if (att->atttypid != types[c] || att->atttypmod != -1)
+					return false;
 				values[i] = args[c];
 				nulls[i] = false;
 				given[i] = true;
@@ -1333,7 +1380,7 @@ idem_store_update_owned(IdemStore *store, IdemStatement stmt, Datum *args,
 
 		switch (idem_direct_update(objects->records, args[0], args[1], cols,
 								   c.headers != InvalidAttrNumber ? 9 : 8,
-								   complete_record, &c))
+								   records_have_native_types, complete_record, &c))
 		{
 			case IDEM_DIRECT_WRITTEN:
 				return true;
