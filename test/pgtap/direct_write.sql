@@ -8,7 +8,29 @@
 -- off (the SPI statements) stores the same rows.  Keys are prefixed "dw.";
 -- everything is rolled back.
 BEGIN;
-SELECT plan(28);
+SELECT plan(31);
+
+-- which path ran: the statements' saved plans (CachedPlanSource) exist only
+-- once the SPI path prepared them; each pgTAP file has a backend of its own
+CREATE FUNCTION pg_temp.dw_plans(prefix text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(*) FROM pg_backend_memory_contexts
+    WHERE name = 'CachedPlanSource' AND ident LIKE prefix || '%'
+$$;
+SELECT idem_complete('dw.path', (SELECT token FROM idem_claim('dw.path', '\x01')), '{}');
+SELECT idem_inbox_accept('dw.consumer', 'dw.path');
+SELECT is(pg_temp.dw_plans('INSERT INTO %.idempotency_records')
+          + pg_temp.dw_plans('UPDATE %.idempotency_records SET status = ''succeeded''')
+          + pg_temp.dw_plans('INSERT INTO %.idem_inbox'),
+          0::bigint, 'a new key''s claim, its completion and an accept prepare no statement: they wrote directly');
+SET LOCAL idempotency.direct_writes = off;
+SELECT idem_complete('dw.path.spi', (SELECT token FROM idem_claim('dw.path.spi', '\x01')), '{}');
+SELECT idem_inbox_accept('dw.consumer', 'dw.path.spi');
+SELECT is(pg_temp.dw_plans('INSERT INTO %.idempotency_records (scope, key, fingerprint, token,'), 1::bigint,
+          'with idempotency.direct_writes off the claim prepares its INSERT');
+SELECT is(pg_temp.dw_plans('UPDATE %.idempotency_records SET status = ''succeeded''')
+          + pg_temp.dw_plans('INSERT INTO %.idem_inbox'),
+          2::bigint, '... the completion its UPDATE and the accept its INSERT');
+RESET idempotency.direct_writes;
 
 CREATE TABLE pg_temp.dw_log (what text, key text);
 CREATE FUNCTION pg_temp.dw_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
