@@ -48,6 +48,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -70,8 +71,10 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
 #include "pg_compat.h"
+#include "record_store.h"
 
 const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 	"processing", "succeeded", "failed", "unknown"
