@@ -63,9 +63,10 @@ include $(PGXS)
 sql/$(MAIN)--$(EXTVERSION).sql: $(UPGRADE_CHAIN)
 	cat $^ > $@
 
-# Every module includes the one shared header; the version guards are in
-# src/pg_compat.h.
-$(OBJS): src/idempotency.h src/pg_compat.h
+# A module includes the headers of the modules it uses (src/README.md, "The
+# headers"); the version guards are in src/pg_compat.h.  Any header's change
+# rebuilds every module.
+$(OBJS): $(wildcard src/*.h)
 
 src/version.o src/version.bc: src/.build_id Makefile
 src/.build_id: FORCE

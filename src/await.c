@@ -47,6 +47,9 @@
 #include "utils/wait_event.h"
 
 #include "idempotency.h"
+#include "record_store.h"
+#include "stats.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_await);
 

@@ -43,7 +43,12 @@
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
+#include "record_store.h"
+#include "removal.h"
+#include "stats.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 

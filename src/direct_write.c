@@ -72,8 +72,10 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 
+#include "direct_write.h"
 #include "idempotency.h"
 #include "pg_compat.h"
+#include "record_store.h"
 
 /*
  * May this user's INSERT ... ON CONFLICT DO NOTHING into relid skip the

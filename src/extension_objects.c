@@ -44,7 +44,9 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
+#include "version.h"
 
 static IdemObjects objects;
 static bool objects_valid = false;

@@ -31,7 +31,8 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "idempotency.h"
+#include "fingerprint.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_fingerprint_jsonb);
 PG_FUNCTION_INFO_V1(idem_fingerprint_text);

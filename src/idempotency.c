@@ -21,6 +21,8 @@
 #include "utils/varlena.h"
 
 #include "idempotency.h"
+#include "stats.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 

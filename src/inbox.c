@@ -31,7 +31,10 @@
 #include "utils/rls.h"
 #include "utils/timestamp.h"
 
-#include "idempotency.h"
+#include "extension_objects.h"
+#include "record_store.h"
+#include "stats.h"
+#include "validation.h"
 
 /*
  * Rounds that keep failing the same way under row-level security mean that a

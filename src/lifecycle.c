@@ -32,7 +32,11 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
+#include "record_store.h"
+#include "stats.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_fail);

@@ -60,6 +60,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "parser/parse_coerce.h"
@@ -75,8 +76,11 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
+#include "machine.h"
 #include "pg_compat.h"
+#include "record_store.h"
 
 PG_FUNCTION_INFO_V1(idem_machines_changed);
 PG_FUNCTION_INFO_V1(idem_enforce_transition);
@@ -339,7 +343,7 @@ idem_machine_generation(void)
 /*
  * "from" -> "to" as the detail of an error: the allowed moves from "from".
  */
-char *
+static char *
 idem_machine_moves_from(const IdemMachine *machine, int from)
 {
 	StringInfoData buf;

@@ -64,8 +64,12 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
+#include "extension_objects.h"
 #include "idempotency.h"
 #include "pg_compat.h"
+#include "record_store.h"
+#include "stats.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
 PG_FUNCTION_INFO_V1(idem_outbox_emit_batch);

@@ -22,6 +22,15 @@
 #endif
 
 /*
+ * 16 moved the varlena macros (VARDATA, VARSIZE_ANY_EXHDR, ...) out of
+ * postgres.h into varatt.h; a file that uses them and gets varatt.h from no
+ * other header it includes includes this one.
+ */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
+/*
  * 17 moved the backend's local transaction id into PGPROC.vxid (with the
  * proc number), so that a VirtualTransactionId can be read as one struct.
  */

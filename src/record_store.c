@@ -51,6 +51,7 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
@@ -73,8 +74,11 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "direct_write.h"
+#include "extension_objects.h"
 #include "idempotency.h"
 #include "pg_compat.h"
+#include "record_store.h"
 
 const char *const idem_status_names[IDEM_NUM_STATUSES] = {
 	"processing", "succeeded", "failed", "unknown"

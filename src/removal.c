@@ -77,8 +77,9 @@
 #include "utils/fmgrprotos.h"
 #include "utils/syscache.h"
 
-#include "idempotency.h"
+#include "extension_objects.h"
 #include "pg_compat.h"
+#include "removal.h"
 
 PG_FUNCTION_INFO_V1(idem_records_removed);
 PG_FUNCTION_INFO_V1(idem_records_truncated);

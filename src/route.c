@@ -27,7 +27,9 @@
 #include "port/pg_bswap.h"
 #include "utils/builtins.h"
 
-#include "idempotency.h"
+#include "fingerprint.h"
+#include "pg_compat.h"
+#include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_route_hash);
 

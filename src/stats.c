@@ -34,7 +34,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "idempotency.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(idem_stats);
 PG_FUNCTION_INFO_V1(idem_stats_reset);

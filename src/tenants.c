@@ -36,7 +36,6 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "idempotency.h"
 #include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_role_tenants);

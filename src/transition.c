@@ -51,8 +51,11 @@
 #include "utils/relcache.h"
 #include "utils/syscache.h"
 
-#include "idempotency.h"
+#include "extension_objects.h"
+#include "machine.h"
 #include "pg_compat.h"
+#include "record_store.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(idem_transition_text);
 PG_FUNCTION_INFO_V1(idem_transition_array);

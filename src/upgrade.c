@@ -35,8 +35,6 @@
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
-#include "idempotency.h"
-
 PG_FUNCTION_INFO_V1(idem_copy_function_grants);
 
 /*

@@ -17,6 +17,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "validation.h"
 
 void
 idem_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *name)

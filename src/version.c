@@ -53,8 +53,8 @@
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 
-#include "idempotency.h"
 #include "pg_compat.h"
+#include "version.h"
 
 #ifndef IDEM_LIBRARY_VERSION
 #error "IDEM_LIBRARY_VERSION must be defined by the Makefile"

@@ -109,7 +109,7 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
-#include "idempotency.h"
+#include "worker.h"
 
 PGDLLEXPORT void idem_launcher_main(Datum arg);
 PGDLLEXPORT void idem_purge_main(Datum arg);
