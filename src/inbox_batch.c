@@ -287,7 +287,7 @@ idem_inbox_accept_many(PG_FUNCTION_ARGS)
 	array = PG_GETARG_ARRAYTYPE_P(1);
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR,
-				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message_ids must be a one-dimensional array"),
 				 errdetail("The array given has %d dimensions.", ARR_NDIM(array))));
 	lbound = ARR_NDIM(array) == 1 ? ARR_LBOUND(array)[0] : 1;
