@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * inbox_batch.c
- *		idem_inbox_accept_many: the consumer inbox for a batch of messages,
- *		in one statement.
+ *		idem_inbox_accept_many and idem_inbox_accept_seq_many: the consumer
+ *		inbox for a batch of messages, in one call.
  *
  * idem_inbox_accept_many(consumer, message_ids[], retention, wait) returns
  * the ids that are new to the consumer, each once, in the order of their
@@ -34,6 +34,11 @@
  * accept probes its one), and an id another transaction holds refuses the
  * batch with 55P03 before anything is inserted.
  *
+ * idem_inbox_accept_seq_many(consumer, stream, seqs[], accept_gap) gives
+ * each number the outcome idem_inbox_accept_seq would give it, called for
+ * each in array order: it locks the stream's watermark row once (or inserts
+ * it), decides in memory, and updates the row once (see below).
+ *
  * The statements are prepared once per backend and kept, like those of
  * record_store.c, for the generation of the extension's objects they were
  * made for; older ones are retired through idem_store_retire_plan, which
@@ -56,6 +61,7 @@
 #include "idempotency.h"
 
 PG_FUNCTION_INFO_V1(idem_inbox_accept_many);
+PG_FUNCTION_INFO_V1(idem_inbox_accept_seq_many);
 
 /* Rounds before 40001, as in inbox.c; each needs a purge in between. */
 #define MAX_BATCH_ROUNDS 8
@@ -424,6 +430,156 @@ idem_inbox_accept_many(PG_FUNCTION_ARGS)
 
 		if (accepted_at[pos])
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &elems[pos], &isnull);
+	}
+	PG_RETURN_NULL();
+}
+
+/*
+ * idem_inbox_accept_seq_many(consumer, stream, seqs, accept_gap) -> TABLE
+ * (seq, outcome): each sequence number's outcome, in array order, exactly
+ * as idem_inbox_accept_seq called for each in turn would give it.  The
+ * watermark row is locked once (or inserted by the first number, which
+ * starts a new stream), the outcomes are worked out in memory, and the row
+ * is updated once, with the last watermark.  Only one row is locked, so
+ * batches of a stream cannot deadlock among themselves.
+ */
+Datum
+idem_inbox_accept_seq_many(PG_FUNCTION_ARGS)
+{
+	text	   *consumer = idem_arg_key(fcinfo, 0, "consumer");
+	text	   *stream = idem_arg_key(fcinfo, 1, "stream");
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			nelems;
+	int			lbound;
+	bool		accept_gap;
+	const char **outcomes;
+	int64		watermark = 0;
+	int64		locked = 0;
+	bool		have_row = false;
+	int			first = 0;		/* the first number not decided yet */
+	uint64		accepted = 0;
+	uint64		duplicates = 0;
+	Datum		args[4];
+	IdemStore	store;
+
+	idem_arg_not_null(fcinfo, 2, "seqs");
+	array = PG_GETARG_ARRAYTYPE_P(2);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("seqs must be a one-dimensional array"),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(array))));
+	lbound = ARR_NDIM(array) == 1 ? ARR_LBOUND(array)[0] : 1;
+	deconstruct_array(array, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &elems, &elem_nulls, &nelems);
+	for (int i = 0; i < nelems; i++)
+	{
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("seq must not be null"),
+					 errdetail("Element %d of seqs is null.", lbound + i)));
+		if (DatumGetInt64(elems[i]) < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("sequence number must not be negative"),
+					 errdetail("Element %d of seqs is %lld.", lbound + i,
+							   (long long) DatumGetInt64(elems[i]))));
+	}
+	idem_arg_not_null(fcinfo, 3, "accept_gap");
+	accept_gap = PG_GETARG_BOOL(3);
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (nelems == 0)
+		PG_RETURN_NULL();
+
+	args[0] = PointerGetDatum(consumer);
+	args[1] = PointerGetDatum(stream);
+	args[3] = TimestampTzGetDatum(GetCurrentTimestamp());
+	outcomes = palloc(sizeof(char *) * nelems);
+
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	for (int round = 0; !have_row; round++)
+	{
+		Datum		value;
+
+		if (round == MAX_BATCH_ROUNDS)
+		{
+			Oid			streams = get_relname_relid("idem_inbox_streams",
+													get_rel_namespace(idem_objects_current()->inbox));
+
+			if (OidIsValid(streams) &&
+				check_enable_rls(streams, InvalidOid, true) == RLS_ENABLED)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("stream \"%s\" of consumer \"%s\" exists, but row-level security hides it",
+								text_to_cstring(stream), text_to_cstring(consumer)),
+						 errdetail("The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read."),
+						 errhint("Check idempotency.scope and the policies of idem_inbox_streams.")));
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not accept sequence number %lld of stream \"%s\" because of concurrent changes",
+							(long long) DatumGetInt64(elems[0]), text_to_cstring(stream)),
+					 errhint("Retry the transaction.")));
+		}
+		if (idem_store_exec_scalar(&store, STMT_STREAM_LOCK, args, NULL, &value))
+		{
+			watermark = locked = DatumGetInt64(value);
+			have_row = true;
+			break;
+		}
+		/* a new stream: its first number starts it, as in inbox.c */
+		args[2] = elems[0];
+		if (idem_store_exec(&store, STMT_STREAM_INSERT, args, NULL, false, NULL, NULL))
+		{
+			watermark = locked = DatumGetInt64(elems[0]);
+			outcomes[0] = "new";
+			accepted++;
+			first = 1;
+			have_row = true;
+		}
+		/* else created concurrently: lock it and look again */
+	}
+
+	for (int i = first; i < nelems; i++)
+	{
+		int64		seq = DatumGetInt64(elems[i]);
+
+		if (seq <= watermark)
+		{
+			outcomes[i] = "duplicate";
+			duplicates++;
+		}
+		else if (seq == watermark + 1 || accept_gap)
+		{
+			outcomes[i] = (seq == watermark + 1) ? "new" : "gap";
+			watermark = seq;
+			accepted++;
+		}
+		else
+			outcomes[i] = "gap";	/* refused: counted nowhere */
+	}
+	if (watermark != locked)
+	{
+		args[2] = Int64GetDatum(watermark);
+		idem_store_exec(&store, STMT_STREAM_SET, args, NULL, false, NULL, NULL);
+	}
+	idem_store_close(&store);
+
+	idem_count_add(IDEM_COUNT_INBOX_ACCEPTED, accepted);
+	idem_count_add(IDEM_COUNT_INBOX_DUPLICATE, duplicates);
+
+	for (int i = 0; i < nelems; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		values[0] = elems[i];
+		values[1] = CStringGetTextDatum(outcomes[i]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	PG_RETURN_NULL();
 }
