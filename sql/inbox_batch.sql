@@ -2,12 +2,16 @@
 -- The batch inbox: the SQL surface and every error.
 --
 --   idem_inbox_accept_many(consumer, message_ids[], retention, wait) -> SETOF text
+--   idem_inbox_accept_seq_many(consumer, stream, seqs[], accept_gap => false)
+--       -> TABLE (seq, outcome)
 --
 -- The ids new to the consumer, each once, in the order of their first
 -- appearance in the array.  The errors are those of idem_inbox_accept for
 -- each element (22004 a NULL, 22023 an empty id, 22001 one longer than
 -- idempotency.max_key_length) and for the other arguments, and 22023 an
--- array of more than one dimension.  A bad element refuses the whole batch:
+-- array of more than one dimension.  The sequence numbers' outcomes are
+-- those of idem_inbox_accept_seq called for each in array order; 22004 a
+-- NULL, 22023 a negative number.  A bad element refuses the whole batch:
 -- after each failing call the test shows that nothing was written.
 --
 
@@ -17,8 +21,11 @@
 -- This test's consumers all start with 'ibb-'.  "saved" holds a copy of
 -- their rows; the view "unchanged" compares the table with it.
 DELETE FROM idem_inbox WHERE consumer LIKE 'ibb-%';
+DELETE FROM idem_inbox_streams WHERE consumer LIKE 'ibb-%';
 CREATE FUNCTION pg_temp.state() RETURNS TABLE (r text) LANGUAGE sql AS $$
     SELECT i::text FROM idem_inbox i WHERE consumer LIKE 'ibb-%'
+    UNION ALL
+    SELECT s::text FROM idem_inbox_streams s WHERE consumer LIKE 'ibb-%'
 $$;
 CREATE TEMP TABLE saved (r text);
 CREATE FUNCTION pg_temp.save() RETURNS bigint LANGUAGE sql AS $$
@@ -144,8 +151,60 @@ SELECT pg_temp.expect_error($$SELECT idem_inbox_accept_many('ibb-a', '{}', '-1 h
 SELECT pg_temp.expect_error($$SELECT idem_inbox_accept_many('ibb-a', ARRAY['m-1'], '1 hour', NULL)$$);
 TABLE unchanged;
 
--- The function is not for PUBLIC.
+--
+-- idem_inbox_accept_seq_many(consumer, stream, seqs, accept_gap => false)
+--
+
+-- The first number of a new stream starts it; then each number as
+-- idem_inbox_accept_seq would answer it, in array order.
+SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[10, 11, 11, 9, 13, 12, 13, 15]);
+SELECT idem_inbox_watermark('ibb-a', 'orders') AS watermark;
+-- the same with accept_gap => true: a gap moves the watermark
+SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[14, 20, 16, 21], accept_gap => true);
+SELECT idem_inbox_watermark('ibb-a', 'orders') AS watermark;
+-- the single accept agrees
+SELECT idem_inbox_accept_seq('ibb-a', 'orders', 21) AS single, idem_inbox_accept_seq('ibb-a', 'orders', 22) AS next;
+SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[22, 23]);
+-- all duplicates, or a refused gap: the watermark row is not written
+SELECT pg_temp.save() AS saved;
+SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[1, 23, 25]);
+TABLE unchanged;
+-- seq 0 starts a stream at 0; an empty array answers nothing and starts none
+SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'zero', ARRAY[0, 0, 1]);
+SELECT count(*) AS outcomes FROM idem_inbox_accept_seq_many('ibb-a', 'none', '{}');
+SELECT idem_inbox_watermark('ibb-a', 'none') AS watermark;
+-- an array with other bounds; streams of a consumer and consumers are separate
+SELECT * FROM idem_inbox_accept_seq_many('ibb-b', 'orders', '[3:4]={7,8}'::bigint[]);
+SELECT consumer, stream, watermark FROM idem_inbox_streams WHERE consumer LIKE 'ibb-%' ORDER BY 1, 2;
+
+-- Errors: nothing is written.
+SELECT pg_temp.save() AS saved;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many(NULL, 'orders', ARRAY[30])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', NULL, ARRAY[30])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', NULL)$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[30, NULL])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[30], NULL)$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[30, -1])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('', 'orders', ARRAY[30])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', '', ARRAY[30])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', repeat('s', 256), ARRAY[30])$$);
+TABLE unchanged;
+SELECT pg_temp.expect_error($$SELECT * FROM idem_inbox_accept_seq_many('ibb-a', 'orders', ARRAY[[30, 31], [32, 33]])$$);
+TABLE unchanged;
+
+-- The functions are not for PUBLIC.
 SELECT has_function_privilege('public', 'idem_inbox_accept_many(text, text[], interval, boolean)',
                               'EXECUTE') AS public_may_execute;
+SELECT has_function_privilege('public', 'idem_inbox_accept_seq_many(text, text, bigint[], boolean)',
+                              'EXECUTE') AS public_may_execute_seq;
 
 DELETE FROM idem_inbox WHERE consumer LIKE 'ibb-%';
+DELETE FROM idem_inbox_streams WHERE consumer LIKE 'ibb-%';

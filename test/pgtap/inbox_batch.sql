@@ -4,10 +4,12 @@
 -- order of their first appearance, and counts each id once; expired
 -- messages are new again, purged ones too; tenant isolation binds it like
 -- the single accept; the kind consumer may call it, others get 42501.
+-- The batch of sequence numbers (idem_inbox_accept_seq_many) answers as
+-- single accepts in array order would.
 -- Consumers are prefixed "ib.", "tA" and "tB", roles regress_idem_ibatch_*;
 -- all of it is rolled back.
 BEGIN;
-SELECT plan(34);
+SELECT plan(45);
 
 -- Expired rows committed by others would be counted by the purges below.
 SELECT ok(idem_purge() >= 0, 'expired rows left by others are purged first (rolled back at the end)');
@@ -90,6 +92,35 @@ SELECT is(idem_purge(), 3::bigint, 'idem_purge removes the three expired message
 SELECT is((SELECT count(*) FROM idem_inbox_accept_many('ib.ret', '{e-1,e-2,e-3,e-3}')), 3::bigint,
           'and the batch accepts them again, as new');
 
+-- sequence numbers: the outcomes of single accepts in array order ---------------------------------
+-- 200 numbers around a watermark, repeated and out of order, with and
+-- without accept_gap: a batch on one stream, single accepts on another
+CREATE TEMP TABLE seqs AS
+SELECT g::bigint AS n, ((g * 7919) % 23 + g / 4)::bigint AS seq FROM generate_series(1, 200) g;
+CREATE TEMP TABLE seq_batch AS
+SELECT row_number() OVER () AS n, seq, outcome
+FROM idem_inbox_accept_seq_many('ib.seq', 'batch', (SELECT array_agg(seq ORDER BY n) FROM seqs));
+CREATE TEMP TABLE seq_single AS
+SELECT n, seq, idem_inbox_accept_seq('ib.seq', 'single', seq) AS outcome FROM seqs ORDER BY n;
+SELECT results_eq($$SELECT n, seq, outcome FROM seq_batch ORDER BY n$$,
+                  $$SELECT n, seq, outcome FROM seq_single ORDER BY n$$,
+                  'the batch answers each number as single accepts in the same order do (accept_gap => false)');
+SELECT is(idem_inbox_watermark('ib.seq', 'batch'), idem_inbox_watermark('ib.seq', 'single'),
+          'and leaves the same watermark');
+SELECT results_eq(
+    $$SELECT o.outcome FROM idem_inbox_accept_seq_many('ib.seq', 'gaps', (SELECT array_agg(seq ORDER BY n) FROM seqs),
+                                                        accept_gap => true) o$$,
+    $$SELECT idem_inbox_accept_seq('ib.seq', 'gaps1', seq, accept_gap => true) FROM seqs ORDER BY n$$,
+    'and with accept_gap => true');
+SELECT ok((SELECT count(DISTINCT outcome) = 3 FROM seq_batch), 'the numbers had every outcome: new, duplicate and gap');
+SAVEPOINT seq;
+SELECT is((SELECT count(*) FROM idem_inbox_accept_seq_many('ib.seq', 'batch', ARRAY[1000, 1001], true)
+           WHERE outcome <> 'duplicate'), 2::bigint, 'a batch moves the watermark to 1001');
+ROLLBACK TO SAVEPOINT seq;
+SELECT is(idem_inbox_watermark('ib.seq', 'batch'), idem_inbox_watermark('ib.seq', 'single'),
+          'rolled back: the watermark is the one before');
+RELEASE SAVEPOINT seq;
+
 -- privileges -----------------------------------------------------------------------------------
 CREATE ROLE regress_idem_ibatch_consumer;
 CREATE ROLE regress_idem_ibatch_client;
@@ -99,16 +130,21 @@ SELECT results_eq($$SELECT id COLLATE "default" FROM idem_inbox_accept_many('ib.
                   $$VALUES ('r-2'), ('r-1')$$, 'the kind consumer accepts a batch');
 SELECT is((SELECT count(*) FROM idem_inbox_accept_many('ib.role', '{r-1}', wait => false)), 0::bigint,
           'and with wait => false');
+SELECT results_eq($$SELECT outcome FROM idem_inbox_accept_seq_many('ib.role', 's', '{1,2,2}')$$,
+                  $$VALUES ('new'), ('new'), ('duplicate')$$, 'and a batch of sequence numbers');
 RESET ROLE;
 SET LOCAL ROLE regress_idem_ibatch_client;
 SELECT throws_ok($$SELECT * FROM idem_inbox_accept_many('ib.role', '{r-3}')$$, '42501', NULL,
                  'the kind client may not');
+SELECT throws_ok($$SELECT * FROM idem_inbox_accept_seq_many('ib.role', 's', '{3}')$$, '42501', NULL,
+                 'neither form');
 RESET ROLE;
 
 -- tenant isolation -------------------------------------------------------------------------------
 CREATE ROLE regress_idem_ibatch_ta;
 SELECT idem_grant('consumer', 'regress_idem_ibatch_ta');
 SELECT ok(idem_inbox_accept('tB/orders', 'b-1'), 'B''s message b-1, before isolation');
+SELECT is(idem_inbox_accept_seq('tB/orders', 's', 4), 'new', 'and B''s stream s at 4');
 SELECT lives_ok($$SELECT idem_tenant_isolation()$$, 'tenant isolation on');
 SET LOCAL ROLE regress_idem_ibatch_ta;
 SET LOCAL idempotency.scope = 'tA';
@@ -123,6 +159,11 @@ SELECT throws_ok($$SELECT * FROM idem_inbox_accept_many('tB/orders', '{b-1}', wa
                  'nor with wait => false');
 SELECT throws_ok($$SELECT * FROM idem_inbox_accept_many('tAB', '{a-1}')$$, '42501', NULL,
                  'nor as "tAB": a consumer belongs to tA only as "tA" or "tA/..."');
+SELECT results_eq($$SELECT outcome FROM idem_inbox_accept_seq_many('tA/orders', 's', '{5,6}')$$,
+                  $$VALUES ('new'), ('new')$$, 'A accepts a batch of sequence numbers as "tA/orders"');
+SELECT throws_ok($$SELECT * FROM idem_inbox_accept_seq_many('tB/orders', 's', '{5,6}')$$, '42501',
+                 'new row violates row-level security policy for table "idem_inbox_streams"',
+                 'but not of B''s stream');
 RESET ROLE;
 SELECT results_eq($$SELECT consumer COLLATE "default", count(*) FROM idem_inbox WHERE consumer LIKE 't%' GROUP BY 1 ORDER BY 1$$,
                   $$VALUES ('tA/orders', 3::bigint), ('tB/orders', 1::bigint)$$,

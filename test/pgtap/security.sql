@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 63::bigint, 'the extension has 63 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 64::bigint, 'the extension has 64 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -147,6 +147,7 @@ INSERT INTO calls VALUES
     ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'idem_inbox_accept_seq', $$SELECT idem_inbox_accept_seq('sec.c', 's', 1, 0)$$),
     ('idem_inbox_watermark(text,text)', 'idem_inbox_watermark', $$SELECT idem_inbox_watermark('sec.c', 's')$$),
     ('idem_inbox_accept_many(text,text[],interval,boolean)', 'idem_inbox_accept_many', $$SELECT * FROM idem_inbox_accept_many('sec.c', '{m}')$$),
+    ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)', 'idem_inbox_accept_seq_many', $$SELECT * FROM idem_inbox_accept_seq_many('sec.c', 's', '{1}')$$),
     ('idem_purge(integer,integer)', 'idem_purge', $$SELECT idem_purge()$$),
     ('idem_stats_reset()', 'idem_stats_reset', $$SELECT idem_stats_reset()$$),
     ('idem_define_machine(text,jsonb,text[])', 'idem_define_machine', $$SELECT idem_define_machine('sec.m', '{"a": ["b"]}')$$),
@@ -231,7 +232,7 @@ GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, bool
     idem_lookup(text, text), idem_await(text, text, interval),
     idem_inbox_accept(text, text, interval, boolean), idem_inbox_accept_seq(text, text, bigint, boolean),
     idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
-    idem_inbox_accept_many(text, text[], interval, boolean),
+    idem_inbox_accept_many(text, text[], interval, boolean), idem_inbox_accept_seq_many(text, text, bigint[], boolean),
     idem_purge(integer, integer), idem_define_machine(text, jsonb, text[]), idem_drop_machine(text),
     idem_attach_machine(regclass, name, text, boolean, boolean), idem_detach_machine(regclass, name),
     idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole),
@@ -291,6 +292,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_consumer')
              ('function idem_inbox_accept_many(text,text[],interval,boolean)', 'EXECUTE'),
              ('function idem_inbox_accept_seq(text,text,bigint,boolean)', 'EXECUTE'),
              ('function idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'EXECUTE'),
+             ('function idem_inbox_accept_seq_many(text,text,bigint[],boolean)', 'EXECUTE'),
              ('function idem_inbox_watermark(text,text)', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('table idem_inbox', 'INSERT, SELECT, UPDATE'),
@@ -370,7 +372,8 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_consumer') c$$,
     $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_many(text,text[],interval,boolean)'),
              ('idem_inbox_accept_seq(text,text,bigint,boolean)'),
-             ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)'), ('idem_inbox_watermark(text,text)')$$,
+             ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)'),
+             ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)'), ('idem_inbox_watermark(text,text)')$$,
     'consumer: the inbox functions');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_maint') c$$,
     $$VALUES ('idem_purge(integer,integer)')$$, 'maintenance: idem_purge');
