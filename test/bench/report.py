@@ -44,6 +44,8 @@ comparisons = {
     # ratio per message
     "inbox_batch": ("ours", [("raw", 0.95, ">= 0.95 x INSERT ... SELECT unnest ... RETURNING"),
                              ("singles", 10, ">= 10 x 100 single accepts")]),
+    # 100 sequence numbers of one stream per transaction in both variants
+    "inbox_seq": ("batch", [("loop", 1.0, "> 1 x a loop of single accepts: worth a batch form")]),
     "outbox": ("ours", [("raw", 0.95, ">= 0.95 x a raw INSERT into an equivalent table")]),
 }
 
