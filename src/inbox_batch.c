@@ -464,6 +464,9 @@ idem_inbox_accept_seq_many(PG_FUNCTION_ARGS)
 	uint64		duplicates = 0;
 	Datum		args[4];
 	IdemStore	store;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
 
 	idem_arg_not_null(fcinfo, 2, "seqs");
 	array = PG_GETARG_ARRAYTYPE_P(2);
@@ -473,8 +476,8 @@ idem_inbox_accept_seq_many(PG_FUNCTION_ARGS)
 				 errmsg("seqs must be a one-dimensional array"),
 				 errdetail("The array given has %d dimensions.", ARR_NDIM(array))));
 	lbound = ARR_NDIM(array) == 1 ? ARR_LBOUND(array)[0] : 1;
-	deconstruct_array(array, INT8OID, sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-					  &elems, &elem_nulls, &nelems);
+	get_typlenbyvalalign(INT8OID, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, INT8OID, typlen, typbyval, typalign, &elems, &elem_nulls, &nelems);
 	for (int i = 0; i < nelems; i++)
 	{
 		if (elem_nulls[i])
