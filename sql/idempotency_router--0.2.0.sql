@@ -349,6 +349,20 @@ RETURNS bigint
 LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
 
+-- The batch inbox (issue 17): a batch has one consumer, so one shard.
+CREATE FUNCTION @extschema@.idem_inbox_accept_many(consumer text, message_ids text[],
+                                                   retention interval DEFAULT NULL,
+                                                   wait boolean DEFAULT true)
+RETURNS SETOF text
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
+
+CREATE FUNCTION @extschema@.idem_inbox_accept_seq_many(consumer text, stream text, seqs bigint[],
+                                                       accept_gap boolean DEFAULT false)
+RETURNS TABLE (seq bigint, outcome text)
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
+
 /*
  * Over all shards.  Each shard answers once (RUN ON ALL runs once per
  * distinct connection string) with its rows and its name; the views and
@@ -564,6 +578,8 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_inbox_accept_seq(text, text, bigint, boolean),
     @extschema@.idem_inbox_accept_seq(text, text, bigint, integer, boolean),
     @extschema@.idem_inbox_watermark(text, text),
+    @extschema@.idem_inbox_accept_many(text, text[], interval, boolean),
+    @extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean),
     @extschema@.idem_shard_summary(),
     @extschema@.idem_shard_stuck(),
     @extschema@.idem_shard_stats(),
