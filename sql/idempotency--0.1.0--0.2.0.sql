@@ -1525,7 +1525,9 @@ $isolate$;
  * idem_grant, defined once for 0.2.0: the kind global_reconciler (above),
  * the new argument lists of idem_complete, idem_fail and idem_resolve, the
  * global reconciler's UPDATE on response_headers (idem_resolve sets it), and
- * the outbox kinds emitter and relay (issue 15).
+ * the outbox kinds emitter and relay (issue 15), and the batch inbox
+ * (idem_inbox_accept_many and idem_inbox_accept_seq_many, below) for the
+ * kind consumer.
  */
 CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
 RETURNS void
@@ -1584,7 +1586,9 @@ BEGIN
         functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
                             '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
                             '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
-                            '%1$s.idem_inbox_watermark(text, text)', s);
+                            '%1$s.idem_inbox_watermark(text, text), '
+                            '%1$s.idem_inbox_accept_many(text, text[], interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq_many(text, text, bigint[], boolean)', s);
         tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
         privileges := 'SELECT, INSERT, UPDATE';
     WHEN 'maintenance' THEN
@@ -1638,3 +1642,78 @@ $$;
 COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
     'grant a role what one kind of user needs: client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor, emitter, relay';
 
+
+/*
+ * The batch inbox (issue 17): idem_inbox_accept_many accepts an array of
+ * message ids in one statement and returns those new to the consumer, each
+ * once, in the order of their first appearance (src/inbox_batch.c).  The
+ * kind consumer of idem_grant may call it and idem_inbox_accept_seq_many
+ * (above); roles that may call idem_inbox_accept (idem_inbox_accept_seq)
+ * since before this update may call the batch form too.
+ */
+CREATE FUNCTION @extschema@.idem_inbox_accept_many(
+    consumer text,
+    message_ids text[],
+    retention interval DEFAULT NULL,
+    wait boolean DEFAULT true)
+RETURNS SETOF text
+AS 'MODULE_PATHNAME', 'idem_inbox_accept_many'
+LANGUAGE C VOLATILE ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_accept_many(text, text[], interval, boolean) IS
+    'the message ids of a batch that a consumer sees for the first time (within retention), each once, in array order';
+
+/*
+ * idem_inbox_accept_seq_many: the outcome of each sequence number of a batch,
+ * in array order, as idem_inbox_accept_seq called for each in turn, with one
+ * lock and one update of the watermark row.
+ */
+CREATE FUNCTION @extschema@.idem_inbox_accept_seq_many(
+    consumer text,
+    stream text,
+    seqs bigint[],
+    accept_gap boolean DEFAULT false)
+RETURNS TABLE (seq bigint, outcome text)
+AS 'MODULE_PATHNAME', 'idem_inbox_accept_seq_many'
+LANGUAGE C VOLATILE ROWS 100;
+
+COMMENT ON FUNCTION @extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean) IS
+    'ordered de-duplication of a batch of sequence numbers, in array order: new | duplicate | gap for each';
+
+REVOKE EXECUTE ON FUNCTION
+    @extschema@.idem_inbox_accept_many(text, text[], interval, boolean),
+    @extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean)
+FROM PUBLIC;
+
+DO $grants$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid OPERATOR(pg_catalog.=)
+              '@extschema@.idem_inbox_accept(text, text, interval, boolean)'::pg_catalog.regprocedure
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+          AND a.grantee OPERATOR(pg_catalog.<>) 0
+          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION '
+                                  '@extschema@.idem_inbox_accept_many(text, text[], interval, boolean) TO %s',
+                                  r.role);
+    END LOOP;
+    FOR r IN
+        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
+        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid OPERATOR(pg_catalog.=)
+              '@extschema@.idem_inbox_accept_seq(text, text, bigint, boolean)'::pg_catalog.regprocedure
+          AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+          AND a.grantee OPERATOR(pg_catalog.<>) 0
+          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION '
+                                  '@extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean) TO %s',
+                                  r.role);
+    END LOOP;
+END
+$grants$;

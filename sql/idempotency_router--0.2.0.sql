@@ -357,6 +357,20 @@ RETURNS bigint
 LANGUAGE plproxy
 AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
 
+-- The batch inbox (issue 17): a batch has one consumer, so one shard.
+CREATE FUNCTION @extschema@.idem_inbox_accept_many(consumer text, message_ids text[],
+                                                   retention interval DEFAULT NULL,
+                                                   wait boolean DEFAULT true)
+RETURNS SETOF text
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
+
+CREATE FUNCTION @extschema@.idem_inbox_accept_seq_many(consumer text, stream text, seqs bigint[],
+                                                       accept_gap boolean DEFAULT false)
+RETURNS TABLE (seq bigint, outcome text)
+LANGUAGE plproxy
+AS $$ CLUSTER 'idempotency'; RUN ON @extschema@.idem_route_hash(consumer); $$;
+
 /*
  * The outbox.  An emit runs on the shard of its scope, the message's tenant,
  * so that it lands where the tenant's records and business rows are.
@@ -730,6 +744,8 @@ REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_outbox_nack_on(text, uuid, bigint, jsonb, interval),
     @extschema@.idem_shard_outbox_retry(uuid),
     @extschema@.idem_outbox_retry(uuid),
+    @extschema@.idem_inbox_accept_many(text, text[], interval, boolean),
+    @extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean),
     @extschema@.idem_shard_summary(),
     @extschema@.idem_shard_stuck(),
     @extschema@.idem_shard_stats(),

@@ -58,6 +58,12 @@ comparisons = {
                            ("plpgsql", {})]),
     "inbox": ("ours", [("raw", {"off": (0.95, ">= 0.95 x INSERT ... ON CONFLICT DO NOTHING")}),
                        ("ours_spi", {})]),
+    # 100 messages per transaction in every variant: the tps ratio is the
+    # ratio per message
+    "inbox_batch": ("ours", [("raw", {"off": (0.95, ">= 0.95 x INSERT ... SELECT unnest ... RETURNING")}),
+                             ("singles", {"off": (10, ">= 10 x 100 single accepts")})]),
+    # 100 sequence numbers of one stream per transaction in both variants
+    "inbox_seq": ("batch", [("loop", {"off": (1.0, "> 1 x a loop of single accepts: worth a batch form")})]),
     "outbox": ("ours", [("raw", {"off": (0.95, ">= 0.95 x a raw INSERT into an equivalent table")})]),
 }
 

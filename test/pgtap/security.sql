@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 63::bigint, 'the extension has 63 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 65::bigint, 'the extension has 65 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -146,6 +146,8 @@ INSERT INTO calls VALUES
     ('idem_inbox_accept_seq(text,text,bigint,boolean)', 'idem_inbox_accept_seq', $$SELECT idem_inbox_accept_seq('sec.c', 's', 1)$$),
     ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'idem_inbox_accept_seq', $$SELECT idem_inbox_accept_seq('sec.c', 's', 1, 0)$$),
     ('idem_inbox_watermark(text,text)', 'idem_inbox_watermark', $$SELECT idem_inbox_watermark('sec.c', 's')$$),
+    ('idem_inbox_accept_many(text,text[],interval,boolean)', 'idem_inbox_accept_many', $$SELECT * FROM idem_inbox_accept_many('sec.c', '{m}')$$),
+    ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)', 'idem_inbox_accept_seq_many', $$SELECT * FROM idem_inbox_accept_seq_many('sec.c', 's', '{1}')$$),
     ('idem_purge(integer,integer)', 'idem_purge', $$SELECT idem_purge()$$),
     ('idem_stats_reset()', 'idem_stats_reset', $$SELECT idem_stats_reset()$$),
     ('idem_define_machine(text,jsonb,text[])', 'idem_define_machine', $$SELECT idem_define_machine('sec.m', '{"a": ["b"]}')$$),
@@ -231,6 +233,7 @@ GRANT EXECUTE ON FUNCTION idem_claim(text, bytea, interval, text, interval, bool
     idem_lookup(text, text), idem_await(text, text, interval),
     idem_inbox_accept(text, text, interval, boolean), idem_inbox_accept_seq(text, text, bigint, boolean),
     idem_inbox_accept_seq(text, text, bigint, integer, boolean), idem_inbox_watermark(text, text),
+    idem_inbox_accept_many(text, text[], interval, boolean), idem_inbox_accept_seq_many(text, text, bigint[], boolean),
     idem_purge(integer, integer), idem_define_machine(text, jsonb, text[]), idem_drop_machine(text),
     idem_attach_machine(regclass, name, text, boolean, boolean), idem_detach_machine(regclass, name),
     idem_tenant_isolation(boolean), idem_grant(text, regrole), idem_revoke_all(regrole),
@@ -287,8 +290,10 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_reader')$$
     'reader: lookup and await; SELECT on the records, the outbox and both views');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_consumer')$$,
     $$VALUES ('function idem_inbox_accept(text,text,interval,boolean)', 'EXECUTE'),
+             ('function idem_inbox_accept_many(text,text[],interval,boolean)', 'EXECUTE'),
              ('function idem_inbox_accept_seq(text,text,bigint,boolean)', 'EXECUTE'),
              ('function idem_inbox_accept_seq(text,text,bigint,integer,boolean)', 'EXECUTE'),
+             ('function idem_inbox_accept_seq_many(text,text,bigint[],boolean)', 'EXECUTE'),
              ('function idem_inbox_watermark(text,text)', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('table idem_inbox', 'INSERT, SELECT, UPDATE'),
@@ -373,8 +378,10 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
     $$VALUES ('idem_lookup(text,text)'), ('idem_resolve(text,idem_status,jsonb,integer,text,boolean,jsonb)')$$,
     'reconciler: resolve and lookup');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_consumer') c$$,
-    $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_seq(text,text,bigint,boolean)'),
-             ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)'), ('idem_inbox_watermark(text,text)')$$,
+    $$VALUES ('idem_inbox_accept(text,text,interval,boolean)'), ('idem_inbox_accept_many(text,text[],interval,boolean)'),
+             ('idem_inbox_accept_seq(text,text,bigint,boolean)'),
+             ('idem_inbox_accept_seq(text,text,bigint,integer,boolean)'),
+             ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)'), ('idem_inbox_watermark(text,text)')$$,
     'consumer: the inbox functions');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_maint') c$$,
     $$VALUES ('idem_purge(integer,integer)')$$, 'maintenance: idem_purge');

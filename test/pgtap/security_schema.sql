@@ -228,6 +228,10 @@ SELECT is(dblink_exec('ss_db', $r$
         PERFORM pg_temp.out(p, 'accept_seq', idem.idem_inbox_accept_seq(k, 's', 4));
         PERFORM pg_temp.out(p, 'accept_seq (major, minor)', idem.idem_inbox_accept_seq(k, 'b', 7, 3));
         PERFORM pg_temp.out(p, 'watermark', idem.idem_inbox_watermark(k, 's')::pg_catalog.text);
+        PERFORM pg_temp.out(p, 'accept_many', (SELECT pg_catalog.string_agg(i, ',')
+            FROM idem.idem_inbox_accept_many(k, ARRAY['m2', 'm1', 'm3', 'm2'], wait => false) i));
+        PERFORM pg_temp.out(p, 'accept_seq_many', (SELECT pg_catalog.string_agg(a.outcome, ',')
+            FROM idem.idem_inbox_accept_seq_many(k, 's', ARRAY[4, 5, 7]::pg_catalog.int8[]) a));
         k := pg_catalog.concat('m.', p);
         PERFORM idem.idem_define_machine(k, '{"new": ["paid"], "paid": ["done"]}', '{new}');
         PERFORM pg_temp.out(p, 'dot', (pg_catalog.length(idem.idem_machine_dot(k)) OPERATOR(pg_catalog.>) 0)::pg_catalog.text);
@@ -254,6 +258,8 @@ SELECT is(dblink_exec('ss_db', $r$
         SELECT c.outcome INTO v FROM idem.idem_claim(pg_catalog.concat(p, '.t'), '\x01', scope => 'A') c;
         PERFORM pg_temp.out(p, 'claim under tenant isolation', v);
         PERFORM pg_temp.out(p, 'accept under tenant isolation', idem.idem_inbox_accept('A/q', p)::pg_catalog.text);
+        PERFORM pg_temp.out(p, 'accept_many under tenant isolation', (SELECT pg_catalog.count(*)::pg_catalog.text
+            FROM idem.idem_inbox_accept_many('A/q', ARRAY[p, pg_catalog.concat(p, '.x')]) i));
         PERFORM idem.idem_tenant_isolation(false);
     END
     $f$;
@@ -274,10 +280,12 @@ SELECT results_eq($$SELECT pass, label, v FROM dblink('ss_db', 'SELECT pass, lab
              ('p1', 'claim after a retryable failure', 'takeover'), ('p1', 'idem_stuck', 'unknown outcome'),
              ('p1', 'lookup after resolve', 'failed'), ('p1', 'await', 'succeeded'), ('p1', 'idem_summary', 'true'),
              ('p1', 'purge', '1'), ('p1', 'accept', 'true'), ('p1', 'accept again', 'false'), ('p1', 'accept_seq', 'new'),
-             ('p1', 'accept_seq (major, minor)', 'new'), ('p1', 'watermark', '4'), ('p1', 'dot', 'true'),
+             ('p1', 'accept_seq (major, minor)', 'new'), ('p1', 'watermark', '4'),
+             ('p1', 'accept_many', 'm2,m3'), ('p1', 'accept_seq_many', 'duplicate,new,gap'), ('p1', 'dot', 'true'),
              ('p1', 'transition', 'applied'), ('p1', 'transition again', 'already'),
              ('p1', 'transition by two columns', 'applied'), ('p1', 'refused update', 'IK005'), ('p1', 'logged', '2'),
-             ('p1', 'claim under tenant isolation', 'new'), ('p1', 'accept under tenant isolation', 'true')$$,
+             ('p1', 'claim under tenant isolation', 'new'), ('p1', 'accept under tenant isolation', 'true'),
+             ('p1', 'accept_many under tenant isolation', '1')$$,
     'and every result was right');
 SELECT results_eq($$SELECT label, v FROM dblink('ss_db', 'SELECT label, v FROM out WHERE pass = ''p2'' ORDER BY n')
                     AS t(label text, v text)$$,

@@ -129,6 +129,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
        AND p.proname NOT LIKE 'idem\_outbox\_%'
        -- added by 0.2.0 (routing, issue 16)
        AND p.proname <> 'idem_route_hash'
+       -- added by 0.2.0 (the batch inbox, issue 17)
+       AND p.proname NOT IN ('idem_inbox_accept_many', 'idem_inbox_accept_seq_many')
     UNION ALL
     SELECT 'acl schema public ' || nspacl::text FROM pg_namespace WHERE nspname = 'public'
     UNION ALL
@@ -200,6 +202,14 @@ is( $node->safe_psql('upgraded', q{
 is( $node->safe_psql('upgraded', q{
 		SET ROLE ops; SELECT idem_purge() >= 0, (SELECT count(*) >= 0 FROM idem_stuck)}),
 	't|t', 'so idem_purge and idem_stuck work for them after the update');
+# The batch inbox of 0.2.0 goes to the roles that could call the single
+# accepts (app, a consumer), and to no other.
+is( $node->safe_psql('upgraded', q{
+		SELECT has_function_privilege('app', 'idem_inbox_accept_many(text, text[], interval, boolean)', 'EXECUTE'),
+		       has_function_privilege('app', 'idem_inbox_accept_seq_many(text, text, bigint[], boolean)', 'EXECUTE'),
+		       has_function_privilege('ops', 'idem_inbox_accept_many(text, text[], interval, boolean)', 'EXECUTE'),
+		       has_function_privilege('ops', 'idem_inbox_accept_seq_many(text, text, bigint[], boolean)', 'EXECUTE')}),
+	't|t|f|f', 'the consumer granted before the update may call both batch forms, the others may not');
 # What the update adds to user tables: each attachment's AFTER INSERT trigger
 # (the rows really inserted must start in an initial state).
 is( $node->safe_psql('upgraded', q{

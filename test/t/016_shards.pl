@@ -180,6 +180,16 @@ is($proxy->safe_psql('postgres', q{
 is($shards[ shard_of('tenant-7') ]->safe_psql('postgres',
 		q{SELECT count(*) FROM idem_inbox WHERE consumer = 'tenant-7/billing'}),
 	'1', '... on the shard of the consumer\'s tenant');
+is($proxy->safe_psql('postgres', q{
+		SELECT string_agg(id, ',') FROM idem_inbox_accept_many('tenant-7/billing', '{m2,m1,m3,m2}') id}),
+	'm2,m3', 'a batch through the proxy: the new ids, once each, in order');
+is($proxy->safe_psql('postgres', q{
+		SELECT string_agg(seq || ' ' || outcome, ',') FROM idem_inbox_accept_seq_many('tenant-7/billing', 's', '{4,5,5,7}')}),
+	'4 new,5 new,5 duplicate,7 gap', 'a batch of sequence numbers through the proxy');
+is($shards[ shard_of('tenant-7') ]->safe_psql('postgres',
+		q{SELECT count(*) || ' ' || (SELECT watermark FROM idem_inbox_streams WHERE consumer = 'tenant-7/billing')
+		  FROM idem_inbox WHERE consumer = 'tenant-7/billing'}),
+	'3 5', '... both on the shard of the consumer\'s tenant');
 ($out, $err) = proxy_psql(q{SELECT idem_claim('k', '\x01', '30s', NULL)});
 like($err, qr/ERROR:  22004: scope must not be null/, 'a NULL scope: 22004 on the proxy');
 
