@@ -544,9 +544,11 @@ BEGIN
     SELECT string_agg(DISTINCT quote_ident(a.rolname), ', ') INTO roles
     FROM @extschema@.idem_tenant_members m
     JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) m.role::pg_catalog.oid;
+    -- idem_outbox is created below, before anything can fire this trigger
     FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
                                    ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
-                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer')) v(tab, col)
+                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_outbox'::pg_catalog.regclass, 'scope')) v(tab, col)
     LOOP
         IF EXISTS (SELECT FROM pg_catalog.pg_policy p
                    WHERE p.polrelid OPERATOR(pg_catalog.=) t.tab
@@ -1467,41 +1469,6 @@ BEGIN
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY, %s ROW LEVEL SECURITY', t,
                        CASE WHEN isolated THEN 'ENABLE' ELSE 'DISABLE' END,
                        CASE WHEN isolated THEN 'FORCE' ELSE 'NO FORCE' END);
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_apply_tenant_members()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    roles text;
-    t record;
-BEGIN
-    SELECT string_agg(DISTINCT quote_ident(a.rolname), ', ') INTO roles
-    FROM @extschema@.idem_tenant_members m
-    JOIN pg_catalog.pg_roles a ON a.oid OPERATOR(pg_catalog.=) m.role::pg_catalog.oid;
-    FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
-                                   ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
-                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer'),
-                                   ('@extschema@.idem_outbox'::pg_catalog.regclass, 'scope')) v(tab, col)
-    LOOP
-        IF EXISTS (SELECT FROM pg_catalog.pg_policy p
-                   WHERE p.polrelid OPERATOR(pg_catalog.=) t.tab
-                     AND p.polname OPERATOR(pg_catalog.=) 'idem_tenant_members') THEN
-            EXECUTE format('DROP POLICY idem_tenant_members ON %s', t.tab);
-        END IF;
-        IF roles IS NOT NULL THEN
-            EXECUTE format('CREATE POLICY idem_tenant_members ON %1$s TO %2$s '
-                           'USING (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
-                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[])) '
-                           'WITH CHECK (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
-                           'ANY ((SELECT @extschema@.idem_role_tenants())::pg_catalog.text[]))',
-                           t.tab, roles, t.col);
-        END IF;
     END LOOP;
     RETURN NULL;
 END
