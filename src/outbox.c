@@ -28,13 +28,15 @@
  * idem_outbox_retry takes the lock before it draws the message's new seq.
  *
  * The shared lock table is small (max_locks_per_transaction locks per
- * connection, shared by all), so a transaction does not take more than
- * OUTBOX_MAX_KEY_LOCKS key locks: beyond that it locks every key at once.
- * Every emit holds the all-keys lock in RowExclusiveLock, which emitters
- * share; escalating takes it in ExclusiveLock, which waits for the other
- * emitting transactions to end and keeps new ones out until this one ends.
- * Holding it, the transaction needs no key lock.  So a bulk emit of many
- * keys serializes with all emitters instead of filling the lock table.
+ * connection, shared by all), so a bulk emit does not lock each of its
+ * keys: a transaction whose first emit is a batch of more than
+ * OUTBOX_BULK_KEYS distinct keys locks every key at once.  Every emit holds
+ * the all-keys lock in RowExclusiveLock, which emitters share; the bulk
+ * emit takes it in ExclusiveLock, which waits for the other emitting
+ * transactions to end and keeps new ones out until this one ends, and then
+ * needs no key lock.  Only the first emit may do so: a later one would
+ * upgrade a lock it holds, which two transactions could do at once and
+ * deadlock (see lock_all_keys_first).
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
@@ -56,7 +58,6 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
-#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -89,12 +90,11 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
  */
 #define OUTBOX_KEY_LOCK_CLASS 7457
 
-/* Key locks one transaction takes before it locks every key. */
-#define OUTBOX_MAX_KEY_LOCKS 256
-
-/* The key locks this backend's transaction IDEM_MY_LXID took. */
-static int	key_locks_taken = 0;
-static LocalTransactionId key_locks_lxid = InvalidLocalTransactionId;
+/*
+ * A transaction's first emit with more distinct keys than this locks every
+ * key at once instead of each.
+ */
+#define OUTBOX_BULK_KEYS 256
 
 /* The same (scope, topic, key) always hashes the same within a server. */
 static uint64
@@ -111,16 +111,21 @@ key_lock_hash(text *scope, text *topic, text *key)
 }
 
 /*
- * Waits for the transactions that emitted to the key and have not ended
- * (deadlock_timeout and lock_timeout apply), and holds the lock until this
- * transaction ends.  new_keys is how many key locks the caller is about to
- * take (a batch's distinct keys): when they would pass
- * OUTBOX_MAX_KEY_LOCKS, every key is locked at once instead and true is
- * returned, and the caller takes no key lock.  A repeated lock is found in
- * the backend's own lock table.
+ * The all-keys lock, before any key lock: returns true when this
+ * transaction holds it in ExclusiveLock, and then takes no key lock.  It
+ * escalates only at its first emit (when it holds no lock of the class
+ * yet), for a batch of more than OUTBOX_BULK_KEYS distinct keys: a
+ * transaction that already emitted holds the all-keys lock in
+ * RowExclusiveLock and perhaps key locks that others wait for, and
+ * upgrading then could deadlock with another transaction doing the same.
+ * Such a transaction takes a key lock per key however many it emits to.
+ * Waits (deadlock_timeout and lock_timeout apply) are for the transactions
+ * that emitted and have not ended; every lock is held until this
+ * transaction ends, and a repeated lock is found in the backend's own lock
+ * table.
  */
 static bool
-lock_all_keys_or_count(int new_keys)
+lock_all_keys_first(int new_keys)
 {
 	LOCKTAG		all_keys;
 
@@ -128,12 +133,7 @@ lock_all_keys_or_count(int new_keys)
 	SET_LOCKTAG_ADVISORY(all_keys, MyDatabaseId, 0, 0, OUTBOX_KEY_LOCK_CLASS);
 	if (idem_lock_held_by_me(&all_keys, ExclusiveLock))
 		return true;
-	if (key_locks_lxid != IDEM_MY_LXID)
-	{
-		key_locks_lxid = IDEM_MY_LXID;
-		key_locks_taken = 0;
-	}
-	if (key_locks_taken + new_keys > OUTBOX_MAX_KEY_LOCKS)
+	if (new_keys > OUTBOX_BULK_KEYS && !idem_lock_held_by_me(&all_keys, RowExclusiveLock))
 	{
 		(void) LockAcquire(&all_keys, ExclusiveLock, false, false);
 		return true;
@@ -152,14 +152,13 @@ lock_key(uint64 hash)
 		hash = 1;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 OUTBOX_KEY_LOCK_CLASS);
-	if (LockAcquire(&tag, ExclusiveLock, false, false) == LOCKACQUIRE_OK)
-		key_locks_taken++;
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
 static void
 lock_one_key(uint64 hash)
 {
-	if (!lock_all_keys_or_count(1))
+	if (!lock_all_keys_first(1))
 		lock_key(hash);
 }
 
@@ -480,7 +479,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 		for (int i = 0; i < n; i++)
 			if (i == 0 || hashes[i] != hashes[i - 1])
 				hashes[distinct++] = hashes[i];
-		if (!lock_all_keys_or_count(distinct))
+		if (!lock_all_keys_first(distinct))
 			for (int i = 0; i < distinct; i++)
 				lock_key(hashes[i]);
 		pfree(hashes);
