@@ -1615,7 +1615,7 @@ COMMENT ON FUNCTION @extschema@.idem_grant(text, regrole) IS
  * message ids in one statement and returns those new to the consumer, each
  * once, in the order of their first appearance (src/inbox_batch.c).  The
  * kind consumer of idem_grant may call it and idem_inbox_accept_seq_many
- * (above); roles that may call idem_inbox_accept (idem_inbox_accept_seq)
+ * (below); roles that may call idem_inbox_accept (idem_inbox_accept_seq)
  * since before this update may call the batch form too.
  */
 CREATE FUNCTION @extschema@.idem_inbox_accept_many(
