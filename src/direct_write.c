@@ -128,6 +128,42 @@ has_domain_column_not_given(TupleDesc desc, const bool *given)
 }
 
 /*
+ * The start of the one-row statement: a command and a snapshot of its own,
+ * as SPI would run it, and the executor state with rel as its result
+ * relation (its indexes opened, for speculative insertion if asked).
+ * Returns in the executor state's memory, which the caller leaves.
+ */
+static EState *
+direct_statement_begin(Relation rel, bool speculative, ResultRelInfo **rri)
+{
+	EState	   *estate;
+
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	estate = CreateExecutorState();
+	MemoryContextSwitchTo(estate->es_query_cxt);
+	estate->es_snapshot = GetActiveSnapshot();
+	estate->es_output_cid = GetCurrentCommandId(true);
+	*rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(*rri, rel, 0, NULL, 0);
+	estate->es_opened_result_relations = list_make1(*rri);
+	ExecOpenIndices(*rri, speculative);
+	return estate;
+}
+
+/* Its end: the executor state freed, the snapshot popped, rel closed. */
+static void
+direct_statement_end(EState *estate, Relation rel)
+{
+	ExecCloseResultRelations(estate);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	PopActiveSnapshot();
+	table_close(rel, NoLock);
+}
+
+/*
  * A committed conflicting row must be visible to a transaction snapshot
  * (REPEATABLE READ, SERIALIZABLE), unless this transaction wrote it: as
  * ExecCheckTIDVisible in nodeModifyTable.c.
@@ -234,19 +270,8 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
 	desc = RelationGetDescr(rel);
 	CheckCmdReplicaIdentity(rel, CMD_INSERT);
 
-	/* a statement of its own, as SPI would run it */
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-
-	estate = CreateExecutorState();
-	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	estate->es_snapshot = GetActiveSnapshot();
-	estate->es_output_cid = GetCurrentCommandId(true);
-
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	estate->es_opened_result_relations = list_make1(rri);
-	ExecOpenIndices(rri, true);
+	old = CurrentMemoryContext;
+	estate = direct_statement_begin(rel, true, &rri);
 	rri->ri_onConflictArbiterIndexes = list_make1_oid(idem_primary_key(rel));
 
 	slot = table_slot_create(rel, &estate->es_tupleTable);
@@ -265,11 +290,7 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
 		 * not the columns or types the caller knows (an administrator
 		 * changed the table): let the statement decide, with its casts
 		 */
-		ExecCloseResultRelations(estate);
-		ExecResetTupleTable(estate->es_tupleTable, false);
-		FreeExecutorState(estate);
-		PopActiveSnapshot();
-		table_close(rel, NoLock);
+		direct_statement_end(estate, rel);
 		return IDEM_DIRECT_REFUSED;
 	}
 	old = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
@@ -299,11 +320,7 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
 	}
 	AfterTriggerEndQuery(estate);
 
-	ExecCloseResultRelations(estate);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	PopActiveSnapshot();
-	table_close(rel, NoLock);
+	direct_statement_end(estate, rel);
 	/* later statements of this call see the row, as after SPI's statement */
 	CommandCounterIncrement();
 	return inserted ? IDEM_DIRECT_WRITTEN : IDEM_DIRECT_NOT_WRITTEN;
@@ -414,17 +431,8 @@ idem_direct_update(Oid relid, Datum key1, Datum key2, const AttrNumber *cols, in
 	desc = RelationGetDescr(rel);
 	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-
-	estate = CreateExecutorState();
-	old = MemoryContextSwitchTo(estate->es_query_cxt);
-	estate->es_snapshot = GetActiveSnapshot();
-	estate->es_output_cid = GetCurrentCommandId(true);
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	estate->es_opened_result_relations = list_make1(rri);
-	ExecOpenIndices(rri, false);
+	old = CurrentMemoryContext;
+	estate = direct_statement_begin(rel, false, &rri);
 	idem_epq_init(&epqstate, estate);
 	oldslot = table_slot_create(rel, &estate->es_tupleTable);
 	newslot = table_slot_create(rel, &estate->es_tupleTable);
@@ -504,11 +512,7 @@ idem_direct_update(Oid relid, Datum key1, Datum key2, const AttrNumber *cols, in
 	}
 
 	EvalPlanQualEnd(&epqstate);
-	ExecCloseResultRelations(estate);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
-	PopActiveSnapshot();
-	table_close(rel, NoLock);
+	direct_statement_end(estate, rel);
 	CommandCounterIncrement();
 	return updated ? IDEM_DIRECT_WRITTEN : IDEM_DIRECT_NOT_WRITTEN;
 }

@@ -1208,6 +1208,27 @@ records_have_native_types(TupleDesc desc)
 }
 
 /*
+ * An INSERT ... ON CONFLICT DO NOTHING of stmt: without SPI where
+ * direct_write.c allows it, otherwise the statement.  Returns whether a row
+ * was inserted.
+ */
+static bool
+insert_direct_or_exec(IdemStore *store, Oid relid, IdemFillRow fill, IdemStatement stmt,
+					  Datum *args)
+{
+	switch (idem_direct_insert(relid, fill, args))
+	{
+		case IDEM_DIRECT_WRITTEN:
+			return true;
+		case IDEM_DIRECT_NOT_WRITTEN:
+			return false;
+		case IDEM_DIRECT_REFUSED:
+			break;
+	}
+	return idem_store_exec(store, stmt, args, NULL, false, NULL, NULL);
+}
+
+/*
  * The new record of STMT_INSERT, by position, after the shape check.  args
  * as STMT_INSERT's.
  */
@@ -1243,16 +1264,7 @@ fill_new_record(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *a
 bool
 idem_store_insert_new(IdemStore *store, Datum *args)
 {
-	switch (idem_direct_insert(objects->records, fill_new_record, args))
-	{
-		case IDEM_DIRECT_WRITTEN:
-			return true;
-		case IDEM_DIRECT_NOT_WRITTEN:
-			return false;
-		case IDEM_DIRECT_REFUSED:
-			break;
-	}
-	return idem_store_exec(store, STMT_INSERT, args, NULL, false, NULL, NULL);
+	return insert_direct_or_exec(store, objects->records, fill_new_record, STMT_INSERT, args);
 }
 
 /*
@@ -1294,16 +1306,7 @@ fill_inbox_row(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *ar
 bool
 idem_store_inbox_insert(IdemStore *store, Datum *args)
 {
-	switch (idem_direct_insert(objects->inbox, fill_inbox_row, args))
-	{
-		case IDEM_DIRECT_WRITTEN:
-			return true;
-		case IDEM_DIRECT_NOT_WRITTEN:
-			return false;
-		case IDEM_DIRECT_REFUSED:
-			break;
-	}
-	return idem_store_exec(store, STMT_INBOX_INSERT, args, NULL, false, NULL, NULL);
+	return insert_direct_or_exec(store, objects->inbox, fill_inbox_row, STMT_INBOX_INSERT, args);
 }
 
 /* STMT_COMPLETE's arguments, for complete_record */
