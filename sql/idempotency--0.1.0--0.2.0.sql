@@ -1657,30 +1657,19 @@ DECLARE
     r record;
 BEGIN
     FOR r IN
-        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
-        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-        WHERE p.oid OPERATOR(pg_catalog.=)
-              '@extschema@.idem_inbox_accept(text, text, interval, boolean)'::pg_catalog.regprocedure
+        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role, f.batch
+        FROM (VALUES ('@extschema@.idem_inbox_accept(text, text, interval, boolean)'::pg_catalog.regprocedure,
+                      '@extschema@.idem_inbox_accept_many(text, text[], interval, boolean)'::pg_catalog.regprocedure),
+                     ('@extschema@.idem_inbox_accept_seq(text, text, bigint, boolean)'::pg_catalog.regprocedure,
+                      '@extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean)'::pg_catalog.regprocedure)
+             ) f(single, batch),
+             pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+        WHERE p.oid OPERATOR(pg_catalog.=) f.single
           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
           AND a.grantee OPERATOR(pg_catalog.<>) 0
           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
     LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION '
-                                  '@extschema@.idem_inbox_accept_many(text, text[], interval, boolean) TO %s',
-                                  r.role);
-    END LOOP;
-    FOR r IN
-        SELECT DISTINCT a.grantee::pg_catalog.regrole AS role
-        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-        WHERE p.oid OPERATOR(pg_catalog.=)
-              '@extschema@.idem_inbox_accept_seq(text, text, bigint, boolean)'::pg_catalog.regprocedure
-          AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-          AND a.grantee OPERATOR(pg_catalog.<>) 0
-          AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION '
-                                  '@extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean) TO %s',
-                                  r.role);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', r.batch, r.role);
     END LOOP;
 END
 $grants$;
