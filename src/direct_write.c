@@ -25,7 +25,11 @@
  * NOTHING skips (under REPEATABLE READ and SERIALIZABLE a row the snapshot
  * does not see raises 40001, as ExecCheckTIDVisible does), and a race lost
  * between the check and the index insertion kills our speculative tuple and
- * checks again.
+ * checks again.  The claim, whose own read has just found no record, skips
+ * the first check in READ COMMITTED: a new key then costs two probes of the
+ * primary key (the claim's read and the index insertion), as many as the
+ * check and the insertion of a plain INSERT ... ON CONFLICT (see
+ * insert_speculative).
  *
  * The fast path is taken only where it provably behaves as the SPI
  * statement would (and idempotency.direct_writes is on, the default); everywhere else the caller runs its SPI statement, so
@@ -196,9 +200,17 @@ check_conflict_visible(EState *estate, ResultRelInfo *rri, ItemPointer tid)
 /*
  * ExecInsert's speculative insertion, for a slot the BEFORE ROW triggers
  * have passed.  Returns false on a committed conflict (nothing inserted).
+ *
+ * check_first false skips the check before the first attempt: the caller's
+ * snapshot has just seen no row with the key.  That check only spares the
+ * heap insertion of a row that would conflict; the index insertion's own
+ * unique check still finds any conflict (then the tuple is killed and the
+ * retry checks first, waiting for an uncommitted inserter as ExecInsert
+ * does), so skipping it is one index probe less for a new key.
  */
 static bool
-insert_speculative(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot)
+insert_speculative(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot,
+				   bool check_first)
 {
 	Relation	rel = rri->ri_RelationDesc;
 	List	   *arbiters = rri->ri_onConflictArbiterIndexes;
@@ -215,12 +227,14 @@ insert_speculative(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot)
 		CHECK_FOR_INTERRUPTS();
 		spec_conflict = false;
 		/* waits for an uncommitted inserter of the key */
-		if (!idem_check_index_constraints(rri, slot, estate, &conflict_tid, &no_tid,
+		if (check_first &&
+			!idem_check_index_constraints(rri, slot, estate, &conflict_tid, &no_tid,
 										  arbiters))
 		{
 			check_conflict_visible(estate, rri, &conflict_tid);
 			return false;
 		}
+		check_first = true;
 
 		spec_token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL,
@@ -245,10 +259,11 @@ insert_speculative(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot)
  * values of the columns it knows in values/nulls (indexed by attribute
  * number - 1) and marks them in given; the others get their defaults.  fill
  * returns false when the table lacks a column it needs: then nothing is
- * written and the answer is IDEM_DIRECT_REFUSED.
+ * written and the answer is IDEM_DIRECT_REFUSED.  seen_absent: the caller's
+ * snapshot has just found no row with the key (see insert_speculative).
  */
 IdemDirectResult
-idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
+idem_direct_insert(Oid relid, IdemFillRow fill, void *arg, bool seen_absent)
 {
 	Relation	rel;
 	TupleDesc	desc;
@@ -316,7 +331,14 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg)
 	{
 		if (desc->constr != NULL)
 			ExecConstraints(rri, slot, estate);
-		inserted = insert_speculative(estate, rri, slot);
+		/*
+		 * Under REPEATABLE READ and SERIALIZABLE the check comes first all
+		 * the same: a row committed after the snapshot then raises the 40001
+		 * of ExecCheckTIDVisible, before anything is written, as the INSERT
+		 * does (the index insertion would raise SERIALIZABLE's own 40001).
+		 */
+		inserted = insert_speculative(estate, rri, slot,
+									  !seen_absent || IsolationUsesXactSnapshot());
 	}
 	AfterTriggerEndQuery(estate);
 

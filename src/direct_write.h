@@ -29,7 +29,8 @@ typedef enum IdemDirectResult
 
 typedef bool (*IdemFillRow) (TupleDesc desc, Datum *values, bool *nulls, bool *given,
 							 void *arg);
-extern IdemDirectResult idem_direct_insert(Oid relid, IdemFillRow fill, void *arg);
+extern IdemDirectResult idem_direct_insert(Oid relid, IdemFillRow fill, void *arg,
+										   bool seen_absent);
 typedef bool (*IdemUpdateRow) (TupleDesc desc, Datum *values, bool *nulls, void *arg);
 /* Are the table's columns of the types update reads and writes? */
 typedef bool (*IdemCheckRowType) (TupleDesc desc);

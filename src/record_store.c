@@ -1214,9 +1214,9 @@ records_have_native_types(TupleDesc desc)
  */
 static bool
 insert_direct_or_exec(IdemStore *store, Oid relid, IdemFillRow fill, IdemStatement stmt,
-					  Datum *args)
+					  Datum *args, bool seen_absent)
 {
-	switch (idem_direct_insert(relid, fill, args))
+	switch (idem_direct_insert(relid, fill, args, seen_absent))
 	{
 		case IDEM_DIRECT_WRITTEN:
 			return true;
@@ -1264,7 +1264,9 @@ fill_new_record(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *a
 bool
 idem_store_insert_new(IdemStore *store, Datum *args)
 {
-	return insert_direct_or_exec(store, objects->records, fill_new_record, STMT_INSERT, args);
+	/* the claim inserts only after its read found no record */
+	return insert_direct_or_exec(store, objects->records, fill_new_record, STMT_INSERT, args,
+								 true);
 }
 
 /*
@@ -1306,7 +1308,9 @@ fill_inbox_row(TupleDesc desc, Datum *values, bool *nulls, bool *given, void *ar
 bool
 idem_store_inbox_insert(IdemStore *store, Datum *args)
 {
-	return insert_direct_or_exec(store, objects->inbox, fill_inbox_row, STMT_INBOX_INSERT, args);
+	/* a duplicate is the common case: checked before anything is written */
+	return insert_direct_or_exec(store, objects->inbox, fill_inbox_row, STMT_INBOX_INSERT, args,
+								 false);
 }
 
 /* STMT_COMPLETE's arguments, for complete_record */
