@@ -60,6 +60,7 @@
 #include "access/nbtree.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -311,9 +312,19 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg, bool seen_absent)
 	old = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	for (int i = 0; i < desc->natts; i++)
 	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
 		Expr	   *defexpr;
 
-		if (given[i] || TupleDescAttr(desc, i)->attisdropped)
+		if (given[i] || att->attisdropped)
+			continue;
+
+		/*
+		 * Without a DEFAULT of its own, a column of a built-in type is NULL:
+		 * no built-in base type has a default (only domains do, and a domain
+		 * column not given was refused above), so the catalog look-up of
+		 * build_column_default is spared.
+		 */
+		if (!att->atthasdef && att->atttypid < FirstNormalObjectId)
 			continue;
 		defexpr = (Expr *) build_column_default(rel, i + 1);
 		if (defexpr != NULL)
