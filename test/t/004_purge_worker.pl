@@ -7,6 +7,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('worker');
 $node->init;
@@ -85,9 +86,26 @@ ok( $node->poll_query_until('second', 'SELECT count(*) = 2 FROM idempotency_reco
 	'after a reload the worker purges the newly listed database');
 
 # SIGHUP: pause it
-$node->append_conf('postgresql.conf', 'idempotency.purge_interval = 0');
+# (the postmaster logs each start of a run at DEBUG1)
+$node->append_conf('postgresql.conf', "idempotency.purge_interval = 0\nlog_min_messages = debug1");
 $node->reload;
-sleep(1);    # let the launcher take the reload before the next expiry
+# The launcher has taken the reload when it starts no run for three
+# intervals in a row (a loaded machine may take it late: wait for that, not
+# for a fixed time, before the next records expire).
+{
+	my $quiet_since = time;
+	my $from = -s $node->logfile;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time - $quiet_since < 3 && time < $deadline)
+	{
+		if (slurp_file($node->logfile, $from) =~ /starting background worker process "idempotency purge/)
+		{
+			$quiet_since = time;
+			$from = -s $node->logfile;
+		}
+		sleep(0.2);
+	}
+}
 $node->safe_psql('postgres', $setup =~ s/'done'/'done2'/gr =~ s/'failed'/'failed2'/gr
 	=~ s/'running'/'running2'/gr =~ s/'unsure'/'unsure2'/gr =~ s/'message'/'message2'/gr);
 sleep(3);
