@@ -16,9 +16,9 @@ SELECT is(current_setting('transaction_isolation'), 'repeatable read', 'this fil
 
 -- part 1: one REPEATABLE READ transaction, its own records ---------------------------------------
 CREATE TEMP TABLE c AS
-SELECT 'new'::text AS label, r.* FROM idem_claim('il.own', '\xaa'::bytea, '300 ms', retention => '1 hour') r;
+SELECT 'new'::text AS label, r.* FROM idem_claim('il.own', '\xaa'::bytea, '2 s', retention => '1 hour') r;
 INSERT INTO c SELECT 'busy', r.* FROM idem_claim('il.own', '\xaa'::bytea, '1 hour') r;
-SELECT pg_sleep(0.35);
+SELECT pg_sleep(2.05);
 INSERT INTO c SELECT 'takeover', r.* FROM idem_claim('il.own', '\xaa'::bytea, '1 hour') r;
 SELECT results_eq($$SELECT label, outcome, token FROM c ORDER BY token NULLS FIRST$$,
                   $$VALUES ('busy', 'in_progress', NULL::bigint), ('new', 'new', 1::bigint),
@@ -26,14 +26,14 @@ SELECT results_eq($$SELECT label, outcome, token FROM c ORDER BY token NULLS FIR
                   'RR: new, in_progress, takeover after the lease expired');
 SELECT throws_ok($$SELECT idem_complete('il.own', 1, '{}')$$, 'IK002', NULL, 'RR: the stale token is refused');
 SELECT lives_ok($$SELECT idem_release('il.own', 2)$$, 'RR: release');
-INSERT INTO c SELECT 'reuse', r.* FROM idem_claim('il.own', '\xbb'::bytea, '1 hour', retention => '300 ms') r;
+INSERT INTO c SELECT 'reuse', r.* FROM idem_claim('il.own', '\xbb'::bytea, '1 hour', retention => '2 s') r;
 SELECT results_eq($$SELECT outcome, token FROM c WHERE label = 'reuse'$$, $$VALUES ('new', 4::bigint)$$,
                   'RR: a released key is new again, token 4');
 SELECT lives_ok($$SELECT idem_complete('il.own', 4, '{"n": 4}')$$, 'RR: complete');
 INSERT INTO c SELECT 'replay', r.* FROM idem_claim('il.own', '\xbb'::bytea, '1 hour') r;
 SELECT results_eq($$SELECT outcome, result FROM c WHERE label = 'replay'$$,
                   $$VALUES ('replay', '{"n": 4}'::jsonb)$$, 'RR: replay');
-SELECT pg_sleep(0.35);
+SELECT pg_sleep(2.05);
 INSERT INTO c SELECT 'expired', r.* FROM idem_claim('il.own', '\xcc'::bytea, '1 hour') r;
 SELECT results_eq($$SELECT outcome, token FROM c WHERE label = 'expired'$$, $$VALUES ('new', 5::bigint)$$,
                   'RR: past retention the key is new again, token 5');

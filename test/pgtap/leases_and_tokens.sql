@@ -9,7 +9,7 @@ SELECT plan(69);
 
 CREATE TEMP TABLE c AS
 SELECT 'a-new'::text AS label, r.*
-FROM idem_claim('lt.a', '\xaa'::bytea, '300 ms', retention => '1 hour') r;
+FROM idem_claim('lt.a', '\xaa'::bytea, '2 s', retention => '1 hour') r;
 CREATE TEMP TABLE snap (label text PRIMARY KEY, r idempotency_records);
 
 -- SQLSTATE and detail of an error, or 'no error'.
@@ -34,7 +34,7 @@ SELECT results_eq(
     $$SELECT outcome, token, recovery_point FROM c WHERE label = 'a-busy'$$,
     $$VALUES ('in_progress', NULL::bigint, 'charged')$$,
     'while the lease lives: in_progress, no token, the owner''s recovery point is visible');
-SELECT pg_sleep(0.35);
+SELECT pg_sleep(2.05);
 INSERT INTO c SELECT 'a-takeover', r.* FROM idem_claim('lt.a', '\xaa'::bytea, '1 hour') r;
 SELECT results_eq(
     $$SELECT outcome, token, status::text, attempts, recovery_point FROM c WHERE label = 'a-takeover'$$,
