@@ -26,10 +26,11 @@
  * does not see raises 40001, as ExecCheckTIDVisible does), and a race lost
  * between the check and the index insertion kills our speculative tuple and
  * checks again.  The claim, whose own read has just found no record, skips
- * the first check in READ COMMITTED: a new key then costs two probes of the
- * primary key (the claim's read and the index insertion), as many as the
- * check and the insertion of a plain INSERT ... ON CONFLICT (see
- * insert_speculative).
+ * the first check in READ COMMITTED when the primary key is the table's
+ * only unique index: a new key then costs two probes of the primary key (the
+ * claim's read and the index insertion), as many as the check and the
+ * insertion of a plain INSERT ... ON CONFLICT (see insert_speculative and
+ * has_other_unique_index).
  *
  * The fast path is taken only where it provably behaves as the SPI
  * statement would (and idempotency.direct_writes is on, the default); everywhere else the caller runs its SPI statement, so
@@ -199,6 +200,29 @@ check_conflict_visible(EState *estate, ResultRelInfo *rri, ItemPointer tid)
 }
 
 /*
+ * Has the table a unique or exclusion index besides the arbiter?  Such an
+ * index is checked at insertion with UNIQUE_CHECK_YES, which waits for an
+ * uncommitted duplicate and then raises 23505 instead of letting DO NOTHING
+ * skip the row; only the check before the insertion waits without raising.
+ * The copy of the primary key that REINDEX CONCURRENTLY builds is one.
+ */
+static bool
+has_other_unique_index(ResultRelInfo *rri)
+{
+	Oid			arbiter = linitial_oid(rri->ri_onConflictArbiterIndexes);
+
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *info = rri->ri_IndexRelationInfo[i];
+
+		if ((info->ii_Unique || info->ii_ExclusionOps != NULL) &&
+			RelationGetRelid(rri->ri_IndexRelationDescs[i]) != arbiter)
+			return true;
+	}
+	return false;
+}
+
+/*
  * ExecInsert's speculative insertion, for a slot the BEFORE ROW triggers
  * have passed.  Returns false on a committed conflict (nothing inserted).
  *
@@ -319,12 +343,12 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg, bool seen_absent)
 			continue;
 
 		/*
-		 * Without a DEFAULT of its own, a column of a built-in type is NULL:
-		 * no built-in base type has a default (only domains do, and a domain
-		 * column not given was refused above), so the catalog look-up of
-		 * build_column_default is spared.
+		 * Without a DEFAULT of its own or an identity, a column of a built-in
+		 * type is NULL: no built-in base type has a default (only domains
+		 * do, and a domain column not given was refused above), so the
+		 * catalog look-up of build_column_default is spared.
 		 */
-		if (!att->atthasdef && att->atttypid < FirstNormalObjectId)
+		if (!att->atthasdef && !att->attidentity && att->atttypid < FirstNormalObjectId)
 			continue;
 		defexpr = (Expr *) build_column_default(rel, i + 1);
 		if (defexpr != NULL)
@@ -349,7 +373,8 @@ idem_direct_insert(Oid relid, IdemFillRow fill, void *arg, bool seen_absent)
 		 * does (the index insertion would raise SERIALIZABLE's own 40001).
 		 */
 		inserted = insert_speculative(estate, rri, slot,
-									  !seen_absent || IsolationUsesXactSnapshot());
+									  !seen_absent || IsolationUsesXactSnapshot() ||
+									  has_other_unique_index(rri));
 	}
 	AfterTriggerEndQuery(estate);
 

@@ -8,7 +8,7 @@
 -- off (the SPI statements) stores the same rows.  Keys are prefixed "dw.";
 -- everything is rolled back.
 BEGIN;
-SELECT plan(31);
+SELECT plan(33);
 
 -- which path ran: the statements' saved plans (CachedPlanSource) exist only
 -- once the SPI path prepared them; each pgTAP file has a backend of its own
@@ -161,6 +161,13 @@ ALTER TABLE idem_inbox ADD COLUMN dw_note pg_temp.dw_positive;
 SELECT throws_ok($$SELECT idem_inbox_accept('dw.consumer', 'dw.domain')$$, '23502', NULL,
                  'a domain column without a default refuses the row, as the INSERT does');
 ALTER TABLE idem_inbox DROP COLUMN dw_note;
+-- a column an administrator added as an identity gets its next value, as
+-- from the INSERT (an identity column has no DEFAULT of its own)
+ALTER TABLE idem_inbox ADD COLUMN dw_id bigint GENERATED ALWAYS AS IDENTITY;
+SELECT ok(idem_inbox_accept('dw.consumer', 'dw.identity'), 'an accept into a table with an identity column');
+SELECT isnt((SELECT dw_id FROM idem_inbox WHERE message_id = 'dw.identity'), NULL,
+            'fills the identity column');
+ALTER TABLE idem_inbox DROP COLUMN dw_id;
 ALTER TABLE idempotency_records ALTER COLUMN result TYPE json;
 SELECT idem_complete('dw.json', (SELECT token FROM idem_claim('dw.json', '\x01')), '{"a": 1}');
 SELECT is((SELECT result::text FROM idempotency_records WHERE key = 'dw.json'), '{"a": 1}',
