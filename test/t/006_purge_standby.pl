@@ -46,7 +46,13 @@ sub launcher_pid
 }
 
 like(launcher_pid($standby), qr/^\d+$/, 'the launcher runs on the hot standby');
-sleep(4);    # several intervals
+# the line once, then several intervals (waited for: a loaded machine is late)
+for (my $i = 0; $i < 10 * $PostgreSQL::Test::Utils::timeout_default
+	&& !$standby->log_contains(qr/idempotency purge launcher does not purge while the server is in recovery/); $i++)
+{
+	usleep(100_000);
+}
+sleep(4);
 my $said = () = slurp_file($standby->logfile) =~
   /idempotency purge launcher does not purge while the server is in recovery/g;
 is($said, 1, 'and says once that it does not purge during recovery');

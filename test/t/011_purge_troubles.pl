@@ -184,7 +184,11 @@ my @a = map { "ghost_a$_" } 1 .. 40;
 my @b = map { "ghost_b$_" } 1 .. 40;
 my $t0 = time;
 my $flip = 0;
-while (time - $t0 < 8)
+# 8 s of flips, longer while the launcher has logged too little (a loaded
+# machine), within the timeout
+while (time - $t0 < 8
+	|| (count_in_log($node, qr/skips database "ghost_/, $offset) <= 80
+		&& time - $t0 < $PostgreSQL::Test::Utils::timeout_default))
 {
 	# a new list forgets the skip states: 40 LOG lines each time
 	set_list($node, join(', ', $flip++ % 2 ? @a : @b));
@@ -264,7 +268,13 @@ max_parallel_workers = 0
 });
 $small->start;
 $small->safe_psql('postgres', 'CREATE EXTENSION idempotency');
-sleep(5);    # several intervals
+# the line once, then several intervals (waited for: a loaded machine is late)
+for (my $i = 0; $i < 10 * $PostgreSQL::Test::Utils::timeout_default
+	&& !$small->log_contains(qr/could not start the idempotency purge/, 0); $i++)
+{
+	usleep(100_000);
+}
+sleep(4);
 my $slots_re = qr/could not start the idempotency purge of database "postgres"\n(.*DETAIL: .*\n)?.*HINT:  You might need to increase max_worker_processes/;
 is(count_in_log($small, qr/could not start the idempotency purge/, 0), 1,
 	'no free worker slot is said once');
