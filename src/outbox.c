@@ -109,6 +109,18 @@ scope_hash(text *scope)
 							   VARSIZE_ANY_EXHDR(scope), 0);
 }
 
+/*
+ * The most bytes topic, key and scope may have together.  The index
+ * idem_outbox_key holds all three and seq in one entry, and a B-tree entry
+ * may take at most about a third of a page (BTMaxItemSize: 2704 bytes of
+ * an 8 kB page), or the INSERT fails with a raw 54000.  The entry adds to
+ * the values its header (8 bytes), a 4-byte length word per value, up to 13
+ * bytes of alignment and seq (8): 2663 bytes are left for the values, of
+ * which this keeps some as a margin.  Each alone is at most
+ * max_key_length, up to 1024 bytes, so the three can reach 3072.
+ */
+#define OUTBOX_MAX_KEY_BYTES 2600
+
 /* The same (scope, topic, key) always hashes the same within a server. */
 static uint64
 key_lock_hash(text *scope, text *topic, text *key)
@@ -206,6 +218,21 @@ check_name(text *value, const char *what)
 				 errdetail("It is %d bytes long; idempotency.max_key_length is %d.",
 						   len, idem_max_key_length)));
 	return value;
+}
+
+/* topic, key and scope together fit an entry of the index idem_outbox_key. */
+static void
+check_key_bytes(text *topic, text *key, text *scope)
+{
+	int			len = VARSIZE_ANY_EXHDR(topic) + VARSIZE_ANY_EXHDR(key) +
+		VARSIZE_ANY_EXHDR(scope);
+
+	if (len > OUTBOX_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("topic, key and scope are too long together"),
+				 errdetail("They are %d bytes long together; the limit is %d bytes.",
+						   len, OUTBOX_MAX_KEY_BYTES)));
 }
 
 static void
@@ -364,6 +391,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 		check_headers(headers);
 	}
 	scope = idem_arg_scope(fcinfo, 5);
+	check_key_bytes(topic, key, scope);
 	available = available_at(fcinfo, 6, now);
 
 	/* in the caller's memory, not SPI's (see idem_outbox_emit_batch) */
@@ -464,6 +492,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("keys must not contain nulls")));
 		keys[i] = PointerGetDatum(check_name(DatumGetTextPP(keys[i]), "key"));
+		check_key_bytes(topic, DatumGetTextPP(keys[i]), scope);
 		if (payload_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
