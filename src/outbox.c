@@ -38,8 +38,9 @@
  * transactions that emitted to the scope to end and keeps new ones out
  * until this one ends, and then needs no key lock of the scope.  Other
  * scopes (other tenants) do not wait for it, unless their hash collides.
- * Only the first emit to a scope may do so: a later one would upgrade a lock it holds, which two
- * transactions could do at once and deadlock (see lock_scope_first).
+ * Only the first emit to a scope may do so: a later one would upgrade a
+ * lock it holds, which two transactions could do at once and deadlock (see
+ * lock_scope_first).
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
@@ -102,13 +103,6 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
  */
 #define OUTBOX_BULK_KEYS 256
 
-static uint64
-scope_hash(text *scope)
-{
-	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
-							   VARSIZE_ANY_EXHDR(scope), 0);
-}
-
 /*
  * The most bytes topic, key and scope may have together.  The index
  * idem_outbox_key holds all three and seq in one entry, and a B-tree entry
@@ -120,6 +114,13 @@ scope_hash(text *scope)
  * max_key_length, up to 1024 bytes, so the three can reach 3072.
  */
 #define OUTBOX_MAX_KEY_BYTES 2600
+
+static uint64
+scope_hash(text *scope)
+{
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
+							   VARSIZE_ANY_EXHDR(scope), 0);
+}
 
 /* The same (scope, topic, key) always hashes the same within a server. */
 static uint64
