@@ -1338,7 +1338,9 @@ FROM PUBLIC;
  *
  * idem_stuck lists, after the records, the outbox messages that need a
  * person: dead ones, and messages not yet published
- * idempotency.outbox_stuck_after (5 minutes) after their emit.  Its columns
+ * idempotency.outbox_stuck_after (5 minutes) after they became due (their
+ * available_at, so that neither a delay nor a nack's back-off counts).  Its
+ * columns
  * stay those of 0.1.0 (key is the message key, status is NULL for a
  * message), followed by topic, message_id and outbox_status.  The kinds
  * of idem_grant that read idem_stuck now read idem_outbox too, and roles
@@ -1366,14 +1368,19 @@ BEGIN
     IF NOT has_table_privilege('@extschema@.idem_outbox', 'SELECT') THEN
         RETURN;
     END IF;
+    -- A live message's age counts from when it became due: a pending one
+    -- delayed or backed off is not stuck before it may be handed out.  An
+    -- in-flight one keeps the available_at it was claimed at, which is
+    -- before its lease's expiry, so one whose lease expired stuck_after ago
+    -- is listed too.
     RETURN QUERY
     SELECT o.scope::text, o.aggregateid::text,
            CASE WHEN o.status = 'dead' THEN 'dead message' ELSE 'message not published' END,
-           clock_timestamp() - o.created_at, o.attempts, o.last_error, o.lease_expires_at,
-           o.created_at, o.updated_at, o.aggregatetype::text, o.id, o.status
+           clock_timestamp() - coalesce(o.available_at, o.created_at), o.attempts, o.last_error,
+           o.lease_expires_at, o.created_at, o.updated_at, o.aggregatetype::text, o.id, o.status
     FROM @extschema@.idem_outbox o
     WHERE o.status = 'dead'
-       OR (o.status IN ('pending', 'in_flight') AND o.created_at < clock_timestamp() - stuck_after);
+       OR (o.status IN ('pending', 'in_flight') AND o.available_at < clock_timestamp() - stuck_after);
 END
 $function$;
 

@@ -25,18 +25,22 @@
  * earlier one for ever (the claim waits behind the earlier one, which waits
  * behind the one in flight).  A batch takes the locks of its keys in the
  * order of their hashes, so that two batches never deadlock each other;
- * idem_outbox_retry takes the lock before it draws the message's new seq.
+ * idem_outbox_retry takes both locks an emit of its key takes before it
+ * draws the message's new seq.
  *
  * The shared lock table is small (max_locks_per_transaction locks per
  * connection, shared by all), so a bulk emit does not lock each of its
- * keys: a transaction whose first emit is a batch of more than
- * OUTBOX_BULK_KEYS distinct keys locks every key at once.  Every emit holds
- * the all-keys lock in RowExclusiveLock, which emitters share; the bulk
- * emit takes it in ExclusiveLock, which waits for the other emitting
- * transactions to end and keeps new ones out until this one ends, and then
- * needs no key lock.  Only the first emit may do so: a later one would
- * upgrade a lock it holds, which two transactions could do at once and
- * deadlock (see lock_all_keys_first).
+ * keys: a transaction whose first emit to a scope is a batch of more than
+ * OUTBOX_BULK_KEYS distinct keys locks every key of the scope at once.
+ * Every emit holds its scope's lock (class OUTBOX_SCOPE_LOCK_CLASS, keyed
+ * by a hash of the scope) in RowExclusiveLock, which emitters share; the
+ * bulk emit takes it in ExclusiveLock, which waits for the other
+ * transactions that emitted to the scope to end and keeps new ones out
+ * until this one ends, and then needs no key lock of the scope.  Other
+ * scopes (other tenants) do not wait for it, unless their hash collides.
+ * Only the first emit to a scope may do so: a later one would upgrade a
+ * lock it holds, which two transactions could do at once and deadlock (see
+ * lock_scope_first).
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
@@ -90,20 +94,40 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
  */
 #define OUTBOX_KEY_LOCK_CLASS 7457
 
+/* The objsubid of the scope locks, each the lock on all keys of a scope. */
+#define OUTBOX_SCOPE_LOCK_CLASS 7458
+
 /*
- * A transaction's first emit with more distinct keys than this locks every
- * key at once instead of each.
+ * A transaction's first emit to a scope with more distinct keys than this
+ * locks every key of the scope at once instead of each.
  */
 #define OUTBOX_BULK_KEYS 256
+
+/*
+ * The most bytes topic, key and scope may have together.  The index
+ * idem_outbox_key holds all three and seq in one entry, and a B-tree entry
+ * may take at most about a third of a page (BTMaxItemSize: 2704 bytes of
+ * an 8 kB page), or the INSERT fails with a raw 54000.  The entry adds to
+ * the values its header (8 bytes), a 4-byte length word per value, up to 13
+ * bytes of alignment and seq (8): 2663 bytes are left for the values, of
+ * which this keeps some as a margin.  Each alone is at most
+ * max_key_length, up to 1024 bytes, so the three can reach 3072.
+ */
+#define OUTBOX_MAX_KEY_BYTES 2600
+
+static uint64
+scope_hash(text *scope)
+{
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
+							   VARSIZE_ANY_EXHDR(scope), 0);
+}
 
 /* The same (scope, topic, key) always hashes the same within a server. */
 static uint64
 key_lock_hash(text *scope, text *topic, text *key)
 {
-	uint64		hash;
+	uint64		hash = scope_hash(scope);
 
-	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
-							   VARSIZE_ANY_EXHDR(scope), 0);
 	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(topic),
 							   VARSIZE_ANY_EXHDR(topic), hash);
 	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
@@ -111,34 +135,44 @@ key_lock_hash(text *scope, text *topic, text *key)
 }
 
 /*
- * The all-keys lock, before any key lock: returns true when this
- * transaction holds it in ExclusiveLock, and then takes no key lock.  It
- * escalates only at its first emit (when it holds no lock of the class
- * yet), for a batch of more than OUTBOX_BULK_KEYS distinct keys: a
- * transaction that already emitted holds the all-keys lock in
- * RowExclusiveLock and perhaps key locks that others wait for, and
- * upgrading then could deadlock with another transaction doing the same.
- * Such a transaction takes a key lock per key however many it emits to.
- * Waits (deadlock_timeout and lock_timeout apply) are for the transactions
- * that emitted and have not ended; every lock is held until this
- * transaction ends, and a repeated lock is found in the backend's own lock
- * table.
+ * The scope's lock, before any key lock of the scope: returns true when
+ * this transaction holds it in ExclusiveLock, and then takes no key lock of
+ * the scope.  It escalates only at the transaction's first emit to the
+ * scope (when it holds the scope's lock in no mode yet), for a batch of
+ * more than OUTBOX_BULK_KEYS distinct keys: a transaction that already
+ * emitted to the scope holds its lock in RowExclusiveLock and perhaps key
+ * locks that others wait for, and upgrading then could deadlock with
+ * another transaction doing the same.  Such a transaction takes a key lock
+ * per key however many it emits to.  Locks of other scopes do not matter:
+ * a bulk emit counts as an emit to every key of its scope, so two
+ * transactions that emit to two scopes in opposite orders can deadlock only
+ * as two that emit to two keys in opposite orders can, never by an upgrade.
+ *
+ * Two scopes whose hashes collide share one lock.  That costs only waits: a
+ * bulk emit to one also waits for and holds off the emits of the other, and
+ * a transaction that emitted to one does not escalate in the other; every
+ * emit of a scope still takes that scope's lock, so a bulk emit excludes
+ * them all.  Waits (deadlock_timeout and lock_timeout apply) are for the
+ * transactions that emitted and have not ended; every lock is held until
+ * this transaction ends, and a repeated lock is found in the backend's own
+ * lock table.
  */
 static bool
-lock_all_keys_first(int new_keys)
+lock_scope_first(text *scope, int new_keys)
 {
-	LOCKTAG		all_keys;
+	uint64		hash = scope_hash(scope);
+	LOCKTAG		tag;
 
-	/* the all-keys lock is the key lock class's (0, 0) */
-	SET_LOCKTAG_ADVISORY(all_keys, MyDatabaseId, 0, 0, OUTBOX_KEY_LOCK_CLASS);
-	if (idem_lock_held_by_me(&all_keys, ExclusiveLock))
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 OUTBOX_SCOPE_LOCK_CLASS);
+	if (idem_lock_held_by_me(&tag, ExclusiveLock))
 		return true;
-	if (new_keys > OUTBOX_BULK_KEYS && !idem_lock_held_by_me(&all_keys, RowExclusiveLock))
+	if (new_keys > OUTBOX_BULK_KEYS && !idem_lock_held_by_me(&tag, RowExclusiveLock))
 	{
-		(void) LockAcquire(&all_keys, ExclusiveLock, false, false);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		return true;
 	}
-	(void) LockAcquire(&all_keys, RowExclusiveLock, false, false);
+	(void) LockAcquire(&tag, RowExclusiveLock, false, false);
 	return false;
 }
 
@@ -147,19 +181,16 @@ lock_key(uint64 hash)
 {
 	LOCKTAG		tag;
 
-	/* (0, 0) is the all-keys lock: a key that hashes to 0 takes (0, 1) */
-	if (hash == 0)
-		hash = 1;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 OUTBOX_KEY_LOCK_CLASS);
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
 static void
-lock_one_key(uint64 hash)
+lock_one_key(text *scope, text *topic, text *key)
 {
-	if (!lock_all_keys_first(1))
-		lock_key(hash);
+	if (!lock_scope_first(scope, 1))
+		lock_key(key_lock_hash(scope, topic, key));
 }
 
 static int
@@ -188,6 +219,21 @@ check_name(text *value, const char *what)
 				 errdetail("It is %d bytes long; idempotency.max_key_length is %d.",
 						   len, idem_max_key_length)));
 	return value;
+}
+
+/* topic, key and scope together fit an entry of the index idem_outbox_key. */
+static void
+check_key_bytes(text *topic, text *key, text *scope)
+{
+	int			len = VARSIZE_ANY_EXHDR(topic) + VARSIZE_ANY_EXHDR(key) +
+		VARSIZE_ANY_EXHDR(scope);
+
+	if (len > OUTBOX_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("topic, key and scope are too long together"),
+				 errdetail("They are %d bytes long together; the limit is %d bytes.",
+						   len, OUTBOX_MAX_KEY_BYTES)));
 }
 
 static void
@@ -346,13 +392,14 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 		check_headers(headers);
 	}
 	scope = idem_arg_scope(fcinfo, 5);
+	check_key_bytes(topic, key, scope);
 	available = available_at(fcinfo, 6, now);
 
 	/* in the caller's memory, not SPI's (see idem_outbox_emit_batch) */
 	id = palloc(sizeof(pg_uuid_t));
 	idem_store_open(&store, fcinfo->flinfo->fn_oid);
 	check_outbox_installed();
-	lock_one_key(key_lock_hash(scope, topic, key));
+	lock_one_key(scope, topic, key);
 	*id = *emit_one(&store, scope, topic, key, PG_GETARG_DATUM(2), type, headers,
 					now, available);
 	idem_store_close(&store);
@@ -446,6 +493,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("keys must not contain nulls")));
 		keys[i] = PointerGetDatum(check_name(DatumGetTextPP(keys[i]), "key"));
+		check_key_bytes(topic, DatumGetTextPP(keys[i]), scope);
 		if (payload_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -479,7 +527,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 		for (int i = 0; i < n; i++)
 			if (i == 0 || hashes[i] != hashes[i - 1])
 				hashes[distinct++] = hashes[i];
-		if (!lock_all_keys_first(distinct))
+		if (!lock_scope_first(scope, distinct))
 			for (int i = 0; i < distinct; i++)
 				lock_key(hashes[i]);
 		pfree(hashes);
@@ -542,7 +590,6 @@ idem_outbox_counted(PG_FUNCTION_ARGS)
 Datum
 idem_outbox_lock_key(PG_FUNCTION_ARGS)
 {
-	lock_one_key(key_lock_hash(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1),
-							   PG_GETARG_TEXT_PP(2)));
+	lock_one_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2));
 	PG_RETURN_VOID();
 }

@@ -9,7 +9,7 @@
 -- test/specs/outbox-relays.spec.  Everything is rolled back; the only
 -- waiting is a sleep past leases of a few milliseconds.
 BEGIN;
-SELECT plan(66);
+SELECT plan(71);
 
 DELETE FROM idem_outbox;
 CREATE TEMP TABLE orders (id text PRIMARY KEY, amount integer NOT NULL CHECK (amount > 0));
@@ -226,6 +226,29 @@ DELETE FROM idem_outbox;
 SELECT idem_outbox_emit('jobs', 'same', '{}', scope => 'a'), idem_outbox_emit('jobs', 'same', '{}', scope => 'b');
 SELECT is((SELECT count(*) FROM idem_outbox_claim('relay-1', 10, '1 hour')), 2::bigint,
           'one scope''s message of a key does not hold up another scope''s');
+
+-- topic, key and scope must fit one entry of the index idem_outbox_key
+-- together (a B-tree entry is at most 2704 bytes): at a raised
+-- max_key_length, three values of 1000 bytes each are refused before
+-- anything is written, not by the index's 54000 (no savepoint: its
+-- rollback would undo pgTAP's count of the tests in it)
+SET LOCAL idempotency.max_key_length = 1024;
+CREATE TEMP TABLE long_value AS
+SELECT (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 32) g) AS v;
+SELECT throws_ok($$SELECT idem_outbox_emit(left(v, 1000), left(v, 1000), '{}', scope => left(v, 1000)) FROM long_value$$,
+                 '22001', 'topic, key and scope are too long together',
+                 'an emit whose topic, key and scope have 3000 bytes together is refused');
+SELECT throws_ok($$SELECT idem_outbox_emit_batch(left(v, 1000), ARRAY['short', left(v, 1000)], '{1,2}', scope => left(v, 1000))
+                   FROM long_value$$,
+                 '22001', 'topic, key and scope are too long together',
+                 'so is a batch with one such key');
+SELECT is((SELECT count(*) FROM idem_outbox, long_value WHERE aggregatetype = left(v, 1000)), 0::bigint,
+          '... and neither wrote a message');
+SELECT lives_ok($$SELECT idem_outbox_emit(left(v, 1000), left(v, 1000), '{}', scope => left(v, 600)) FROM long_value$$,
+                'an emit of 2600 bytes together is accepted');
+SELECT is((SELECT count(*) FROM idem_outbox, long_value WHERE aggregatetype = left(v, 1000)), 1::bigint,
+          '... and written');
+RESET idempotency.max_key_length;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,11 +1,12 @@
 -- The locks of emits (src/outbox.c): one transaction-level lock per
 -- (scope, topic, key), an advisory lock of class 7457, so that per key the
--- order of seq is the order of commits; a transaction whose first emit is a
--- batch of more than 256 keys locks every key at once instead.  In a file of
--- its own because that depends on what the transaction emitted before.
+-- order of seq is the order of commits, under its scope's lock (class 7458);
+-- a transaction whose first emit to a scope is a batch of more than 256 keys
+-- locks every key of the scope at once instead.  In a file of its own
+-- because that depends on what the transaction emitted before.
 -- Everything is rolled back.
 BEGIN;
-SELECT plan(8);
+SELECT plan(12);
 
 -- the emits' lock on a key: one per (scope, topic, key), held to the end of
 -- the transaction, in a class of its own beside pg_advisory_lock's
@@ -20,34 +21,65 @@ SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
              AND mode = 'ExclusiveLock' AND granted) - (SELECT n FROM locks_before),
           4::bigint, 'emits hold one lock per key: (lock, k), (other, lock, k), (lock, a), (lock, b)');
+SELECT is((SELECT count(*) FROM pg_locks
+           WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
+             AND mode = 'RowExclusiveLock' AND granted),
+          2::bigint, '... and one lock per scope, shared: the scopes '''' and other');
 ROLLBACK TO SAVEPOINT locks;
 SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
           0::bigint, 'a rolled-back subtransaction releases them');
 
--- a transaction's first emit, a batch of more than 256 keys, locks every
--- key at once: a bulk emit does not fill the shared lock table
+-- a transaction's first emit to a scope, a batch of more than 256 keys,
+-- locks every key of the scope at once: a bulk emit does not fill the shared
+-- lock table
 SAVEPOINT many;
 SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb)))
 FROM generate_series(1, 20000) g;
 SELECT is((SELECT count(*) FROM pg_locks
-           WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
-             AND mode = 'ExclusiveLock' AND (classid, objid) = (0, 0)),
-          1::bigint, 'a batch of 20000 keys locks every key at once ...');
+           WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
+             AND mode = 'ExclusiveLock'),
+          1::bigint, 'a batch of 20000 keys locks every key of its scope at once ...');
 SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
-          1::bigint, '... and takes no key lock');
+          0::bigint, '... and takes no key lock');
 SELECT idem_outbox_emit('bulk', 'one-more', '{}');
 SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
-          1::bigint, 'later emits of the transaction take none either');
+          0::bigint, 'later emits of the transaction to the scope take none either');
+SELECT idem_outbox_emit('bulk', 'one-more', '{}', scope => 'tenant-b');
+SELECT is((SELECT array_agg(mode ORDER BY objsubid, mode) FROM pg_locks
+           WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
+          '{ExclusiveLock,ExclusiveLock,RowExclusiveLock}',
+          'an emit to another scope takes its key lock under that scope''s lock, shared');
 ROLLBACK TO SAVEPOINT many;
 SELECT is((SELECT count(*) FROM pg_locks
-           WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid() AND mode = 'ExclusiveLock'
-             AND (classid, objid) = (0, 0)),
-          0::bigint, 'the rollback of the subtransaction gives that lock back');
+           WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
+          0::bigint, 'the rollback of the subtransaction gives those locks back');
 
--- a transaction that has emitted already never upgrades to the all-keys
+-- the first emit to a scope may lock all of its keys although the
+-- transaction emitted to another scope before
+SAVEPOINT other_scope;
+SELECT idem_outbox_emit('bulk', 'first', '{}', scope => 'tenant-b');
+SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb), scope => 'tenant-a'))
+FROM generate_series(1, 300) g;
+SELECT is((SELECT array_agg(mode ORDER BY objsubid, mode) FROM pg_locks
+           WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
+          '{ExclusiveLock,ExclusiveLock,RowExclusiveLock}',
+          'after an emit to tenant-b, a batch of 300 keys to tenant-a locks all of tenant-a''s keys at once');
+ROLLBACK TO SAVEPOINT other_scope;
+
+-- idem_outbox_lock_key (idem_outbox_retry's) takes its scope's lock too,
+-- which a bulk emit to the scope holds off
+SAVEPOINT retry;
+SELECT idem_outbox_lock_key('tenant-c', 't', 'k');
+SELECT is((SELECT array_agg(objsubid || ' ' || mode ORDER BY objsubid) FROM pg_locks
+           WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
+          '{"7457 ExclusiveLock","7458 RowExclusiveLock"}',
+          'idem_outbox_lock_key takes the key''s lock under its scope''s');
+ROLLBACK TO SAVEPOINT retry;
+
+-- a transaction that has emitted to the scope already never upgrades its
 -- lock (two doing so at once would deadlock): a later batch of 300 keys
 -- takes a lock per key
 SELECT idem_outbox_emit('later', 'first', '{}');
@@ -55,12 +87,12 @@ SELECT cardinality(idem_outbox_emit_batch('later', array_agg('k' || g), array_ag
 FROM generate_series(1, 300) g;
 SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
-             AND mode = 'ExclusiveLock' AND (classid, objid) <> (0, 0)) - (SELECT n FROM locks_before),
+             AND mode = 'ExclusiveLock') - (SELECT n FROM locks_before),
           301::bigint, 'after a first emit, a batch of 300 keys takes 300 key locks');
 SELECT is((SELECT count(*) FROM pg_locks
-           WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
-             AND mode = 'ExclusiveLock' AND (classid, objid) = (0, 0)),
-          0::bigint, '... and not the all-keys lock in ExclusiveLock');
+           WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
+             AND mode = 'ExclusiveLock'),
+          0::bigint, '... and not its scope''s lock in ExclusiveLock');
 
 SELECT * FROM finish();
 ROLLBACK;
