@@ -38,6 +38,29 @@
 
 \echo Use "CREATE EXTENSION idempotency_router" to load this file. \quit
 
+/*
+ * The schema.  PL/Proxy's RUN ON names its function in unquoted words (its
+ * scanner has no quoted identifiers there), and every routed function here
+ * and every generated one names the hash function with this schema: a name
+ * that needs quoting ("Router X", a keyword) cannot be written there.
+ */
+DO $$
+DECLARE
+    schema_name name := (SELECT n.nspname
+                           FROM pg_catalog.pg_extension e
+                           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                          WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency_router');
+BEGIN
+    IF pg_catalog.quote_ident(schema_name) OPERATOR(pg_catalog.<>) schema_name THEN
+        RAISE EXCEPTION 'extension "idempotency_router" cannot be created in schema %',
+                        pg_catalog.quote_ident(schema_name)
+            USING ERRCODE = 'feature_not_supported',
+                  DETAIL = 'PL/Proxy''s RUN ON cannot quote the schema of the routing function, so the schema''s name must need no quoting.',
+                  HINT = 'Create it, and the extension idempotency on the shards, in a schema such as public or idempotency.';
+    END IF;
+END
+$$;
+
 CREATE TYPE @extschema@.idem_status AS ENUM ('processing', 'succeeded', 'failed', 'unknown');
 
 COMMENT ON TYPE @extschema@.idem_status IS
@@ -606,7 +629,12 @@ $$;
  * shard, which must agree on it, with search_path = pg_catalog there, so
  * every name in it comes schema-qualified; the proxy function gets the same
  * schema, name, arguments and result, and runs on the shard of the scope
- * argument (referred to by position, whatever its name).
+ * argument (referred to by position, whatever its name).  The shard's query
+ * is parsed under the mapped user's search_path, so it names everything
+ * with its schema; the lookup takes the name only after set_config() has
+ * run (through s.sp), so no plan can resolve it under that search_path.
+ * Every name and argument list comes from the catalogs, quoted by
+ * PostgreSQL, and goes into the DDL with %I or as it was deparsed.
  */
 CREATE FUNCTION @extschema@.idem_shard_function(
     i_function text,
@@ -621,18 +649,18 @@ AS $$
            d.argmodes, d.argtypes
       FROM (SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true) AS sp) s
      CROSS JOIN LATERAL (
-           SELECT n.nspname::text AS schema_name, p.proname::text AS function_name,
-                  p.prokind::text AS kind,
+           SELECT n.nspname::pg_catalog.text AS schema_name, p.proname::pg_catalog.text AS function_name,
+                  p.prokind::pg_catalog.text AS kind,
                   pg_catalog.pg_get_function_arguments(p.oid) AS arguments,
                   pg_catalog.pg_get_function_result(p.oid) AS result,
-                  p.proargnames AS argnames, p.proargmodes::text[] AS argmodes,
+                  p.proargnames AS argnames, p.proargmodes::pg_catalog.text[] AS argmodes,
                   ARRAY(SELECT pg_catalog.format_type(t.t, NULL)
                           FROM pg_catalog.unnest(p.proargtypes::pg_catalog.oid[]) WITH ORDINALITY t(t, o)
                          ORDER BY t.o) AS argtypes
              FROM pg_catalog.pg_proc p
              JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace
-            WHERE s.sp IS NOT NULL
-              AND p.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(i_function)) d;
+            WHERE p.oid OPERATOR(pg_catalog.=)
+                  pg_catalog.to_regprocedure(CASE WHEN s.sp IS NOT NULL THEN i_function END)) d;
 $$;
 
 CREATE FUNCTION @extschema@.idem_proxy_function(shard_function text, scope_argument text,
@@ -642,11 +670,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    -- the name itself: @extschema@ comes quoted already where quoting is needed
+    router_schema name := (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+                            WHERE e.extname = 'idempotency_router');
     shards integer;
     d record;
     scope_position integer := 0;
     inputs integer := 0;
     mode text;
+    signature text;
+    existed boolean;
+    created regprocedure;
 BEGIN
     IF shard_function IS NULL OR scope_argument IS NULL OR replace IS NULL THEN
         RAISE EXCEPTION 'shard function, scope argument and replace must not be null'
@@ -694,25 +728,33 @@ BEGIN
     IF scope_position = 0 THEN
         RAISE EXCEPTION 'function % has no input argument named "%"', shard_function, scope_argument
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Name the argument that carries the scope (a text).';
+                  HINT = 'Name the argument that carries the scope (a text) as it is, without quotes.';
     END IF;
     IF d.argtypes[scope_position] <> 'text' THEN
         RAISE EXCEPTION 'scope argument "%" of % is of type %, not text', scope_argument,
                         shard_function, d.argtypes[scope_position]
             USING ERRCODE = 'datatype_mismatch';
     END IF;
+    signature := format('%I.%I(%s)', d.schema_name, d.function_name, array_to_string(d.argtypes, ', '));
+    existed := to_regprocedure(signature) IS NOT NULL;
     EXECUTE format('CREATE %sFUNCTION %I.%I(%s) RETURNS %s LANGUAGE plproxy AS %L',
                    CASE WHEN replace THEN 'OR REPLACE ' END, d.schema_name, d.function_name,
                    d.arguments, d.result,
                    format(E'\n    CLUSTER %L;\n    RUN ON %I.idem_route_hash($%s);\n',
-                          'idempotency', '@extschema@', scope_position));
-    RETURN format('%I.%I(%s)', d.schema_name, d.function_name,
-                  array_to_string(d.argtypes, ', '))::regprocedure;
+                          'idempotency', router_schema, scope_position));
+    created := signature::regprocedure;
+    -- Not PUBLIC's, like the router's own functions: a call runs on the shard
+    -- as the user mapping's role, whoever calls here.  A replaced function
+    -- keeps its privileges, as CREATE OR REPLACE does.
+    IF NOT existed THEN
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', created);
+    END IF;
+    RETURN created;
 END
 $$;
 
 COMMENT ON FUNCTION @extschema@.idem_proxy_function(text, text, boolean) IS
-    'create the proxy function of a shard-side function: same name and arguments, run on the shard of the scope argument';
+    'create the proxy function of a shard-side function: same name and arguments, run on the shard of the scope argument; a new one is not PUBLIC''s (grant EXECUTE on it)';
 
 /*
  * Privileges as on the shards: PUBLIC may compute (hashes, fingerprints,

@@ -6,6 +6,14 @@
 -- Calls through PL/Proxy to real shards are tested by TAP 016.
 --
 SET client_min_messages = warning;
+-- Not in a schema whose name needs quoting: PL/Proxy's RUN ON cannot
+-- quote it (nothing is left behind).
+CREATE SCHEMA "Router X";
+CREATE EXTENSION idempotency_router SCHEMA "Router X" CASCADE;
+CREATE SCHEMA "all";
+CREATE EXTENSION idempotency_router SCHEMA "all" CASCADE;
+SELECT count(*) AS extensions FROM pg_extension WHERE extname IN ('idempotency_router', 'plproxy');
+DROP SCHEMA "Router X", "all";
 CREATE SCHEMA router;
 CREATE EXTENSION idempotency_router SCHEMA router CASCADE;
 RESET client_min_messages;
@@ -88,6 +96,15 @@ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency_ro
 ORDER BY p.oid::regprocedure::text;
 SELECT c.relname, has_table_privilege('public', c.oid, 'SELECT') AS public_selects
 FROM pg_class c WHERE c.relnamespace = 'router'::regnamespace AND c.relkind = 'v' ORDER BY 1;
+-- Every function that runs SQL on the proxy pins its search_path, and none
+-- is SECURITY DEFINER (the PL/Proxy ones name everything with its schema).
+SELECT l.lanname, count(*) AS functions,
+       count(*) FILTER (WHERE p.proconfig = '{"search_path=pg_catalog, pg_temp"}') AS pinned,
+       count(*) FILTER (WHERE p.prosecdef) AS security_definer
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idempotency_router')
+GROUP BY 1 ORDER BY 1;
 
 -- The router's API is the extension's: every function of the router that
 -- the extension has too has the same arguments (names, types, defaults) and

@@ -13,7 +13,9 @@
 # the shard's connection string; an ack sent to another shard or with a
 # stale token is refused), a dead message is retried by id on whichever
 # shard holds it, and idem_stuck and idem_stats on the proxy count the
-# outbox.
+# outbox.  Names that need quoting or try to inject SQL: a generated proxy
+# function of such a business function routes and commits, injects nothing,
+# is not PUBLIC's, and the generator's refusals carry their SQLSTATEs.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -396,6 +398,146 @@ for my $counter ('outbox_emitted', 'outbox_published', 'outbox_dead', 'outbox_re
 }
 ok($proxy->safe_psql('postgres', q{SELECT value FROM idem_stats() WHERE counter = 'outbox_emitted'}) >= $tenants + 3 + 4,
 	'... which counted every emit');
+
+# 7. Names that need quoting, and names that try to inject SQL.  A second
+# database on every shard and on the proxy, with the extension and the
+# router in the schema idem (a name that needs quoting cannot hold the
+# router: sql/router.sql), a business function in the schema 'Shop "x"'
+# whose own name, scope argument and argument type need quoting and hold
+# "'); DROP TABLE public.victim; --", and on the shards a search_path that
+# would print that type unqualified.
+my $fn = q{"Shop ""x"""."Place ""Order"" '); DROP TABLE public.victim; --"};
+my $scope_arg = q{Tenant "id" '); DROP TABLE public.victim; --};
+my $signature = qq{$fn(text, text, "Shop ""x"""."Amount; x")};
+for my $i (0 .. $#shards)
+{
+	$shards[$i]->safe_psql('postgres', 'CREATE DATABASE names');
+	$shards[$i]->safe_psql('names', q{
+		CREATE SCHEMA idem;
+		CREATE EXTENSION idempotency SCHEMA idem;
+		CREATE TABLE public.victim (i integer);
+		CREATE SCHEMA "Shop ""x""";
+		CREATE DOMAIN "Shop ""x"""."Amount; x" AS integer;
+		CREATE TABLE "Shop ""x""".orders (scope text, key text, amount integer, token bigint);
+		CREATE FUNCTION "Shop ""x"""."Place ""Order"" '); DROP TABLE public.victim; --"(
+		    "Tenant ""id"" '); DROP TABLE public.victim; --" text, "Key" text,
+		    "Amount" "Shop ""x"""."Amount; x", OUT "Outcome" text, OUT "The port" text)
+		LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+		DECLARE
+			c idem.idem_claim_result;
+		BEGIN
+			SELECT * INTO c FROM idem.idem_claim("Key", '\x01', '30s', $1);
+			"Outcome" := c.outcome;
+			"The port" := current_setting('port');
+			IF c.outcome = 'new' THEN
+				INSERT INTO "Shop ""x""".orders VALUES ($1, "Key", "Amount", c.token);
+				PERFORM idem.idem_complete("Key", c.token, '{}', 201, $1);
+			END IF;
+		END $$;
+		ALTER DATABASE names SET search_path = "Shop ""x""", idem, public;
+	});
+	# on three shards only, and different on the fourth
+	$shards[$i]->safe_psql('names', $i < 3
+		? q{CREATE FUNCTION "Shop ""x""".three(scope text) RETURNS integer LANGUAGE sql AS 'SELECT 1';
+		    CREATE FUNCTION "Shop ""x""".differs(scope text) RETURNS integer LANGUAGE sql AS 'SELECT 1'}
+		: q{CREATE FUNCTION "Shop ""x""".differs(scope text) RETURNS bigint LANGUAGE sql AS 'SELECT 1'});
+}
+my $names_list = join(', ', map { "'host=" . $_->host . ' port=' . $_->port . " dbname=names'" } @shards);
+$proxy->safe_psql('postgres', 'CREATE DATABASE names');
+$proxy->safe_psql('names', qq{
+	SET client_min_messages = warning;
+	CREATE SCHEMA idem;
+	CREATE EXTENSION idempotency_router SCHEMA idem CASCADE;
+	SELECT idem.idem_router_configure(ARRAY[$names_list], $npartitions);
+	CREATE USER MAPPING FOR PUBLIC SERVER idempotency;
+	CREATE TABLE public.victim (i integer);
+	CREATE SCHEMA "Shop ""x""";
+	CREATE DOMAIN "Shop ""x"""."Amount; x" AS integer;
+	-- what a caller's search_path would find before pg_catalog
+	CREATE SCHEMA plant;
+	CREATE FUNCTION plant.cardinality(anyarray) RETURNS integer LANGUAGE plpgsql
+	    AS \$\$BEGIN RAISE EXCEPTION 'the planted cardinality() ran'; END\$\$;
+	CREATE ROLE clerk;
+	GRANT USAGE ON SCHEMA idem, "Shop ""x""" TO clerk;
+	GRANT USAGE ON FOREIGN SERVER idempotency TO clerk;
+	-- on the shards, the call runs as the mapping's user
+	CREATE USER MAPPING FOR clerk SERVER idempotency OPTIONS (user 'postgres');
+});
+
+sub names_psql
+{
+	my ($sql) = @_;
+	my ($out, $err) = ('', '');
+	$proxy->psql('names', "\\set VERBOSITY verbose\n$sql", stdout => \$out, stderr => \$err);
+	return ($out, $err);
+}
+(my $fn_literal = $signature) =~ s/'/''/g;
+(my $arg_literal = $scope_arg) =~ s/'/''/g;
+($out, $err) = names_psql(qq{SET search_path = plant, pg_catalog, public;
+	SELECT idem.idem_proxy_function('$fn_literal', '$arg_literal')});
+is($out, q{"Shop ""x"""."Place ""Order"" '); DROP TABLE public.victim; --"(text,text,"Shop ""x"""."Amount; x")},
+	'names that need quoting: the proxy function is created (a planted cardinality() on the caller\'s search_path is not called)');
+is($err, '', '... without an error');
+is($proxy->safe_psql('names', qq{
+		SELECT pg_get_function_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) || ' ' || l.lanname
+		  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = to_regprocedure('$fn_literal')}),
+	q{"Tenant ""id"" '); DROP TABLE public.victim; --" text, "Key" text, "Amount" "Shop ""x"""."Amount; x", OUT "Outcome" text, OUT "The port" text -> record plproxy},
+	'... with the shards\' arguments and result, their type named with its schema whatever the shards\' search_path');
+
+# It routes: each call on the shard of its tenant, committed there.
+my @tenants = map { "tenant-$_" } 1 .. 12;
+my $calls = join(' UNION ALL ', map {
+	qq{SELECT '$_', f."Outcome", f."The port" FROM $fn('$_/eu', 'q', 5) f} } @tenants);
+my %answered = map { my ($t, $o, $port) = split /\|/; ($t => "$o $port") } split /\n/,
+  $proxy->safe_psql('names', $calls);
+my ($wrong, $rows) = (0, '');
+for my $t (@tenants)
+{
+	my $s = shard_of($t);
+	$wrong++ if $answered{$t} ne 'new ' . $shards[$s]->port;
+	my $held = join(',', map { $shards[$_]->safe_psql('names',
+		qq{SELECT count(*) FROM "Shop ""x""".orders o JOIN idem.idempotency_records r USING (scope, key)
+		    WHERE o.scope = '$t/eu' AND r.status = 'succeeded'}) } 0 .. $#shards);
+	$wrong++ if $held ne join(',', map { $_ == $s ? 1 : 0 } 0 .. $#shards);
+}
+is($wrong, 0, scalar(@tenants) . ' calls through it: each answered by the shard of its tenant, its order and record committed there only');
+is($proxy->safe_psql('names', qq{SELECT f."Outcome" FROM $fn('tenant-1/eu', 'q', 5) f}), 'replay',
+	'... and the same call again replays');
+is(join(',', map { $_->safe_psql('names', q{SELECT count(*) FROM public.victim}) } $proxy, @shards),
+	'0,0,0,0,0', 'nothing injected: public.victim is still there on the proxy and every shard');
+
+# Not PUBLIC's: the administrator grants it.
+is($proxy->safe_psql('names', qq{SELECT has_function_privilege('public', '$fn_literal', 'EXECUTE')}),
+	'f', 'the generated function is not PUBLIC\'s');
+($out, $err) = names_psql(qq{SET ROLE clerk; SELECT f."Outcome" FROM $fn('tenant-2/eu', 'q', 5) f});
+like($err, qr/ERROR:  42501: permission denied for function/, '... a role without EXECUTE is refused (42501)');
+$proxy->safe_psql('names', qq{GRANT EXECUTE ON FUNCTION $signature TO clerk});
+($out, $err) = names_psql(qq{SET ROLE clerk; SELECT f."Outcome" FROM $fn('tenant-2/eu', 'q', 5) f});
+is($out, 'replay', '... and calls it once granted EXECUTE');
+$proxy->safe_psql('names', qq{SELECT idem.idem_proxy_function('$fn_literal', '$arg_literal', true)});
+is($proxy->safe_psql('names', qq{
+		SELECT has_function_privilege('clerk', '$fn_literal', 'EXECUTE') || ' '
+		       || has_function_privilege('public', '$fn_literal', 'EXECUTE')}),
+	'true false', 'replacing it keeps the grants, and PUBLIC still has none');
+
+# Refused, with the SQLSTATE, and nothing created.
+($out, $err) = names_psql(qq{SELECT idem.idem_proxy_function('$fn_literal', 'Tenant')});
+like($err, qr/ERROR:  22023: function .* has no input argument named "Tenant"/,
+	'an argument name that does not exist: 22023');
+($out, $err) = names_psql(qq{SELECT idem.idem_proxy_function('$fn_literal', 'The port')});
+like($err, qr/ERROR:  22023: /, '... an OUT argument\'s name: 22023');
+($out, $err) = names_psql(qq{SELECT idem.idem_proxy_function('"Shop ""x""".three(text)', 'scope')});
+like($err, qr/ERROR:  42883: function "Shop ""x""".three\(text\) does not exist on every shard\nDETAIL:  It was found on 3 of the 4 shards/,
+	'a function missing on one shard: 42883, found on 3 of the 4');
+($out, $err) = names_psql(qq{SELECT idem.idem_proxy_function('"Shop ""x""".differs(text)', 'scope')});
+like($err, qr/ERROR:  55000: function .*differs\(text\) differs between the shards/, 'shards that disagree: 55000');
+(my $name_literal = $fn) =~ s/'/''/g;
+($out, $err) = names_psql(qq{SELECT idem.idem_proxy_function('$name_literal(text, text, "Amount; x")', '$arg_literal')});
+# (15 raises the lookup's own 42704; 16 and later find nothing: 42883)
+like($err, qr/ERROR:  (42704: .*type "Amount; x" does not exist|42883: .*\nDETAIL:  It was found on 0 of the 4 shards)/,
+	'a type named without its schema is not looked up on the shards\' search_path: 42704 or 42883');
+is($proxy->safe_psql('names', q{SELECT count(*) FROM pg_proc WHERE pronamespace = '"Shop ""x"""'::regnamespace}), '1',
+	'... none of the refused calls created a function');
 
 $proxy->stop;
 $_->stop for @shards;
