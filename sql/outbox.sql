@@ -10,6 +10,9 @@
 -- Message ids are random: outcomes show the fixture's name instead.
 --
 \set SHOW_CONTEXT never
+-- '1 day -25 hours' is negative on every day only where no day has 25
+-- hours: pg_regress's PST8PDT has one a year
+SET TimeZone = 'UTC';
 \i sql/include/expect_error.sql
 
 DELETE FROM idem_outbox;
