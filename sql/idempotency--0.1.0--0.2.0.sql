@@ -991,6 +991,16 @@ BEGIN
         RAISE EXCEPTION 'lease must be positive' USING ERRCODE = '22023',
             DETAIL = format('The interval given was "%s".', lease);
     END IF;
+    -- from PostgreSQL 17 an interval may be infinite: a lease that never
+    -- expires would hold its keys for ever after a relay's crash
+    IF NOT isfinite(lease_end) THEN
+        RAISE EXCEPTION 'lease must be finite' USING ERRCODE = '22023',
+            DETAIL = format('The interval given was "%s".', lease);
+    END IF;
+    -- (array_position refuses a multidimensional array with 0A000)
+    IF array_ndims(topics) > 1 THEN
+        RAISE EXCEPTION 'topics must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     IF array_position(topics, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'topics must not contain nulls' USING ERRCODE = '22004';
     END IF;
@@ -1144,6 +1154,10 @@ BEGIN
     IF ids IS NULL THEN
         RAISE EXCEPTION 'ids must not be null' USING ERRCODE = '22004';
     END IF;
+    -- (array_position refuses a multidimensional array with 0A000)
+    IF array_ndims(ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
     IF array_position(ids, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'ids must not contain nulls' USING ERRCODE = '22004';
     END IF;
@@ -1225,8 +1239,19 @@ BEGIN
         RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004',
             HINT = 'Pass what the broker answered, for example jsonb_build_object(''error'', ''nack'').';
     END IF;
+    -- last_error is an object or NULL, as the claim's own errors are
+    IF jsonb_typeof(error) <> 'object' THEN
+        RAISE EXCEPTION 'error must be a JSON object' USING ERRCODE = '22023',
+            DETAIL = format('It is a JSON %s.', jsonb_typeof(error)),
+            HINT = 'Pass what the broker answered, for example jsonb_build_object(''error'', ''nack'').';
+    END IF;
     IF now_ts + retry_after < now_ts THEN
         RAISE EXCEPTION 'retry_after must not be negative' USING ERRCODE = '22023',
+            DETAIL = format('The interval given was "%s".', retry_after);
+    END IF;
+    -- from PostgreSQL 17 an interval may be infinite: never due again
+    IF NOT isfinite(now_ts + retry_after) THEN
+        RAISE EXCEPTION 'retry_after must be finite' USING ERRCODE = '22023',
             DETAIL = format('The interval given was "%s".', retry_after);
     END IF;
 

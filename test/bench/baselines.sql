@@ -131,19 +131,43 @@ CREATE TABLE raw_inbox (consumer text, message_id text, received_at timestamptz 
 -- (6) the outbox: a business row updated with each emit, and the raw outbox a
 -- developer would write, equivalent to idem_outbox: the same columns,
 -- defaults drawn by the INSERT (id, seq, times), the same indexes and
--- fillfactor; its INSERT is all an emit does, without checks or NOTIFY
+-- fillfactor; its INSERT is all an emit does, without checks or NOTIFY.
+-- Its id is time-ordered like ours (a UUID of version 7, so that the primary
+-- key grows at its right edge, not at random pages): PostgreSQL 18's
+-- uuidv7(), which is C and builds the same bytes as ours; before 18, which
+-- has none, the expression a developer would write, inlined into the
+-- INSERT: 16 random bytes (gen_random_uuid, as ours draws them), the first 6
+-- replaced by the milliseconds of clock_timestamp(), the version bits set to
+-- 7 (a v4's variant is already v7's).  Ours also orders ids within a
+-- millisecond; this one does not, which moves no index entry off the last page.
+DO $do$
+BEGIN
+    IF current_setting('server_version_num')::int >= 180000 THEN
+        EXECUTE $f$CREATE FUNCTION raw_uuidv7() RETURNS uuid LANGUAGE sql VOLATILE
+                   AS 'SELECT uuidv7()'$f$;
+    ELSE
+        EXECUTE $f$CREATE FUNCTION raw_uuidv7() RETURNS uuid LANGUAGE sql VOLATILE AS $b$
+            SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                              placing substring(int8send((date_part('epoch', clock_timestamp()) * 1000)::bigint) FROM 3)
+                              FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+        $b$
+        $f$;
+    END IF;
+END
+$do$;
 CREATE TABLE bench_accounts (id integer PRIMARY KEY, n bigint NOT NULL DEFAULT 0) WITH (fillfactor = 50);
 INSERT INTO bench_accounts (id) SELECT g FROM generate_series(1, 10000) g;
 CREATE TABLE raw_outbox (LIKE idem_outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH (fillfactor = 90);
 CREATE SEQUENCE raw_outbox_seq;
-ALTER TABLE raw_outbox ALTER id SET DEFAULT gen_random_uuid(),
+ALTER TABLE raw_outbox ALTER id SET DEFAULT raw_uuidv7(),
     ALTER seq SET DEFAULT nextval('raw_outbox_seq'),
     ALTER created_at SET DEFAULT clock_timestamp(),
     ALTER available_at SET DEFAULT clock_timestamp(),
     ALTER updated_at SET DEFAULT clock_timestamp(),
     ADD PRIMARY KEY (id);
 CREATE INDEX ON raw_outbox (available_at, seq) WHERE available_at IS NOT NULL;
-CREATE INDEX ON raw_outbox (aggregatetype, aggregateid, seq) WHERE available_at IS NOT NULL;
+-- like idem_outbox_key: the scope is part of the key
+CREATE INDEX ON raw_outbox (aggregatetype, aggregateid, scope, seq) WHERE available_at IS NOT NULL;
 CREATE INDEX ON raw_outbox USING brin (created_at) WITH (pages_per_range = 16);
 
 -- (2) replay: 10000 finished keys in each implementation

@@ -20,6 +20,14 @@
 #      built-in rows, and the same pg_dump --schema-only --binary-upgrade
 #      (which writes out every member object).  Whatever later work appends
 #      to the upgrade script is compared the same way.
+#   3. The outbox in a database created at 0.1.0 and updated, on a server
+#      that preloads the library (for idem_stats): emit, emit_batch, claim,
+#      ack, nack, retry, its rows of idem_stuck and its counters; and a
+#      session opened before the update, which had claimed a key then, emits
+#      afterwards without reconnecting (src/extension_objects.c: the types the
+#      update creates invalidate the session's cache of the extension's
+#      objects, and idem_objects_outbox_seq looks the outbox up again if it
+#      was missing).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -412,4 +420,71 @@ is( $node->safe_psql('restored_010', qq{
 	't|t|t', 'and after the update the client and the reconciler keep the new functions, and the records are all there');
 
 $node->stop;
+
+# 3. the outbox after an update -----------------------------------------------------------------
+my $ob = PostgreSQL::Test::Cluster->new('outbox');
+$ob->init;
+$ob->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'");
+$ob->start;
+$ob->safe_psql('postgres', 'CREATE DATABASE outbox');
+$ob->safe_psql('outbox', q{CREATE EXTENSION idempotency VERSION '0.1.0'});
+
+# A session of 0.1.0 that has used the library (its cache of the
+# extension's objects holds no outbox) and stays open across the update.
+my $open = $ob->background_psql('outbox', on_error_stop => 0);
+$open->query_safe(q{SET client_min_messages = error});    # not the warning of a 0.1.0 session
+is($open->query_safe(q{SELECT outcome FROM idem_claim('before', idem_fingerprint('b'), '1 hour')}),
+	'new', 'a session opened at 0.1.0 claims a key');
+my $open_pid = $open->query_safe(q{SELECT pg_backend_pid()});
+$ob->safe_psql('outbox', 'ALTER EXTENSION idempotency UPDATE');
+
+my $counters_sql = q{SELECT counter, value FROM idem_stats() WHERE counter LIKE 'outbox\_%'};
+my %counted_before = map { split /\|/ } split /\n/, $ob->safe_psql('outbox', $counters_sql);
+is( $ob->safe_psql('outbox', q{
+		SELECT idem_outbox_emit('orders', 'o-1', '{"n": 1}', type => 'created') IS NOT NULL;
+		SELECT cardinality(idem_outbox_emit_batch('orders', '{o-2,o-3,o-4}',
+		                                          ARRAY['{"n": 2}', '{"n": 3}', '{"n": 4}']::jsonb[]))}),
+	"t\n3", 'after the update, idem_outbox_emit and idem_outbox_emit_batch emit');
+is( $ob->safe_psql('outbox', q{
+		CREATE TABLE batch AS SELECT * FROM idem_outbox_claim('relay-1', 10);
+		SELECT string_agg(aggregateid, ',' ORDER BY aggregateid) || ' ' || count(DISTINCT token) FROM batch}),
+	'o-1,o-2,o-3,o-4 1', 'idem_outbox_claim hands all four out under one token');
+is( $ob->safe_psql('outbox', q{
+		SELECT idem_outbox_ack((SELECT array_agg(id) FROM batch WHERE aggregateid IN ('o-1', 'o-2')),
+		                       (SELECT max(token) FROM batch));
+		SELECT idem_outbox_nack(id, token, '{"error": "refused"}', '1 hour') FROM batch WHERE aggregateid = 'o-3';
+		SET idempotency.outbox_max_attempts = 1;
+		SELECT idem_outbox_nack(id, token, '{"error": "poison"}') FROM batch WHERE aggregateid = 'o-4'}),
+	"2\npending\ndead", 'idem_outbox_ack publishes two, idem_outbox_nack gives one back and makes the last dead');
+is( $ob->safe_psql('outbox', q{
+		SELECT string_agg(concat_ws(' ', reason, topic, key, outbox_status, error ->> 'error'), ',')
+		  FROM idem_stuck WHERE message_id IS NOT NULL}),
+	'dead message orders o-4 dead poison', 'idem_stuck lists the dead message');
+is( $ob->safe_psql('outbox', q{
+		SELECT idem_outbox_retry(id) FROM batch WHERE aggregateid = 'o-4';
+		SELECT string_agg(aggregateid || ' ' || status || ' ' || attempts, ',' ORDER BY aggregateid)
+		  FROM idem_outbox;
+		SELECT count(*) FROM idem_stuck WHERE message_id IS NOT NULL}),
+	"\no-1 published 1,o-2 published 1,o-3 pending 1,o-4 pending 0\n0",
+	'idem_outbox_retry puts it back, and idem_stuck no longer lists it');
+my %counted = map { split /\|/ } split /\n/, $ob->safe_psql('outbox', $counters_sql);
+is( join(',', map { "$_ " . ($counted{$_} - ($counted_before{$_} // 0)) } sort keys %counted),
+	'outbox_dead 1,outbox_emitted 4,outbox_published 2,outbox_retried 2,outbox_taken_over 0',
+	'idem_stats counts them: 4 emitted, 2 published, 2 retried (the nack and the retry), 1 dead');
+
+# The session opened before the update emits without reconnecting, and
+# its records still work.
+is($open->query_safe(q{SELECT idem_outbox_emit('orders', 'o-5', '{"n": 5}') IS NOT NULL}),
+	't', 'the session opened before the update emits without reconnecting');
+is($open->query_safe(q{SELECT cardinality(idem_outbox_emit_batch('orders', '{o-6}', ARRAY['{}'::jsonb]))}),
+	'1', 'and emits a batch');
+is($open->query_safe(q{SELECT idem_complete('before', 1, '{}', 200); SELECT status FROM idem_lookup('before')}),
+	"\nsucceeded", 'and completes the key it claimed before the update');
+is($open->query_safe(q{SELECT pg_backend_pid()}), $open_pid, 'in the same backend as before the update');
+$open->quit;
+is( $ob->safe_psql('outbox', q{
+		SELECT string_agg(aggregateid || ' ' || status, ',' ORDER BY seq) FROM idem_outbox
+		 WHERE aggregateid IN ('o-5', 'o-6')}),
+	'o-5 pending,o-6 pending', 'its messages are committed, pending');
+$ob->stop;
 done_testing();
