@@ -123,6 +123,39 @@ TABLE unchanged;
 SELECT pg_temp.expect_error($$SELECT idem_claim('e-new', '\x01', '1 hour', retention => '1 day -25 hours')$$);
 TABLE unchanged;
 
+-- Infinite intervals, which PostgreSQL has from 17 on: an infinite lease
+-- could never be taken over after a crash, an infinite retention never
+-- purged, so each is refused with 22023.  On 15 'infinity' is no interval
+-- (22007) and the call is never made: only "refused" is shown, so that 15
+-- and 17 compare against the same lines.
+CREATE FUNCTION pg_temp.refused_if_infinite(sql text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    st text;
+    msg text;
+BEGIN
+    BEGIN
+        EXECUTE sql;
+        RETURN 'accepted';
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    END;
+    IF (st = '22007' AND current_setting('server_version_num')::int < 170000)
+       OR (st = '22023' AND msg LIKE '% must be finite') THEN
+        RETURN 'refused';
+    END IF;
+    RETURN st || ': ' || msg;
+END
+$f$;
+SELECT input, pg_temp.refused_if_infinite(sql) AS outcome FROM (VALUES
+    ('claim, lease infinity',      $$SELECT idem_claim('e-new', '\x01', 'infinity')$$),
+    ('claim, retention infinity',  $$SELECT idem_claim('e-new', '\x01', '1 hour', retention => 'infinity')$$),
+    ('checkpoint, extend_lease infinity',
+     $$SELECT idem_checkpoint('e-proc', 1, 'rp', extend_lease => 'infinity')$$),
+    ('inbox, retention infinity',  $$SELECT idem_inbox_accept('e-inbox', 'm', 'infinity')$$)
+) AS c(input, sql);
+TABLE unchanged;
+SELECT count(*) AS inbox_rows FROM idem_inbox WHERE consumer = 'e-inbox';
+
 -- a different request under a used key
 SELECT pg_temp.expect_error($$SELECT idem_claim('e-proc', idem_fingerprint('other'::text), '1 hour')$$);
 TABLE unchanged;

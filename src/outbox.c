@@ -266,6 +266,11 @@ available_at(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 				 errdetail("The interval given was \"%s\".",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(delay))))));
+	/* from PostgreSQL 17 an interval may be infinite: never due */
+	if (TIMESTAMP_NOT_FINITE(result))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("delay must be finite")));
 	return result;
 }
 

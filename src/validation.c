@@ -113,7 +113,9 @@ idem_arg_token(FunctionCallInfo fcinfo, int argno)
 
 /*
  * base + span, which must lie after base: an interval such as
- * '1 day -25 hours' is as non-positive as '0'.
+ * '1 day -25 hours' is as non-positive as '0'.  It must be finite too
+ * (intervals may be infinite from PostgreSQL 17 on): an infinite lease could
+ * never be taken over after a crash, an infinite retention never purged.
  */
 TimestampTz
 idem_add_interval(TimestampTz base, Interval *span, const char *name)
@@ -130,6 +132,10 @@ idem_add_interval(TimestampTz base, Interval *span, const char *name)
 				 errdetail("The interval given was \"%s\".",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(span))))));
+	if (TIMESTAMP_NOT_FINITE(result))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be finite", name)));
 	return result;
 }
 
