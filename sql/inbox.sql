@@ -18,6 +18,9 @@
 --
 
 -- Errors are shown as "ERROR:  <SQLSTATE>: <message>" with DETAIL and HINT.
+-- '1 day -25 hours' is negative on every day only where no day has 25
+-- hours: pg_regress's PST8PDT has one a year
+SET TimeZone = 'UTC';
 \i sql/include/expect_error.sql
 
 -- This test's consumers and record keys all start with 'ib-'.  "saved" holds

@@ -22,6 +22,9 @@
 --
 
 -- Errors are shown as "ERROR:  <SQLSTATE>: <message>" with DETAIL and HINT.
+-- '1 day -25 hours' is negative on every day only where no day has 25
+-- hours: pg_regress's PST8PDT has one a year
+SET TimeZone = 'UTC';
 \i sql/include/expect_error.sql
 CREATE FUNCTION pg_temp.lease(expires timestamptz) RETURNS text LANGUAGE sql STABLE AS $$
     SELECT CASE WHEN expires IS NULL THEN 'none'
