@@ -30,7 +30,7 @@
  *
  * The shared lock table is small (max_locks_per_transaction locks per
  * connection, shared by all), so a bulk emit does not lock each of its
- * keys: a transaction whose first emit to a scope is a batch of more than
+ * keys: a transaction whose first emit is a batch of more than
  * OUTBOX_BULK_KEYS distinct keys locks every key of the scope at once.
  * Every emit holds its scope's lock (class OUTBOX_SCOPE_LOCK_CLASS, keyed
  * by a hash of the scope) in RowExclusiveLock, which emitters share; the
@@ -38,8 +38,8 @@
  * transactions that emitted to the scope to end and keeps new ones out
  * until this one ends, and then needs no key lock of the scope.  Other
  * scopes (other tenants) do not wait for it, unless their hash collides.
- * Only the first emit to a scope may do so: a later one would upgrade a
- * lock it holds, which two transactions could do at once and deadlock (see
+ * Only a transaction's first emit may do so: a later one would wait for a
+ * whole scope while holding locks, and could deadlock (see
  * lock_scope_first).
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
@@ -57,6 +57,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "common/hashfn.h"
@@ -98,7 +99,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
 #define OUTBOX_SCOPE_LOCK_CLASS 7458
 
 /*
- * A transaction's first emit to a scope with more distinct keys than this
+ * A transaction's first emit with more distinct keys than this locks every
  * locks every key of the scope at once instead of each.
  */
 #define OUTBOX_BULK_KEYS 256
@@ -135,39 +136,82 @@ key_lock_hash(text *scope, text *topic, text *key)
 }
 
 /*
+ * Whether this transaction holds an outbox lock yet (an emit's, a bulk
+ * emit's or idem_outbox_lock_key's), and the subtransaction level that took
+ * the first one: its rollback gives back every outbox lock of the
+ * transaction, its commit hands them to its parent.
+ */
+static bool outbox_locked_in_xact = false;
+static int	outbox_locked_level = 0;
+
+static void
+outbox_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+		outbox_locked_in_xact = false;
+}
+
+static void
+outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (!outbox_locked_in_xact || outbox_locked_level < level)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		outbox_locked_in_xact = false;
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		outbox_locked_level = level - 1;
+}
+
+/*
  * The scope's lock, before any key lock of the scope: returns true when
  * this transaction holds it in ExclusiveLock, and then takes no key lock of
- * the scope.  It escalates only at the transaction's first emit to the
- * scope (when it holds the scope's lock in no mode yet), for a batch of
- * more than OUTBOX_BULK_KEYS distinct keys: a transaction that already
- * emitted to the scope holds its lock in RowExclusiveLock and perhaps key
- * locks that others wait for, and upgrading then could deadlock with
- * another transaction doing the same.  Such a transaction takes a key lock
- * per key however many it emits to.  Locks of other scopes do not matter:
- * a bulk emit counts as an emit to every key of its scope, so two
- * transactions that emit to two scopes in opposite orders can deadlock only
- * as two that emit to two keys in opposite orders can, never by an upgrade.
+ * the scope.  It escalates only at the transaction's first emit (when it
+ * holds no outbox lock yet), for a batch of more than OUTBOX_BULK_KEYS
+ * distinct keys.  A transaction that already emitted holds locks that
+ * others may wait for: upgrading its scope lock then could deadlock with
+ * another transaction doing the same, and waiting for a whole other scope
+ * while holding them could deadlock with any emitter of that scope that
+ * waits for one of them.  Such a transaction takes a key lock per key
+ * however many it emits to, and so waits only for the keys it emits to,
+ * as single emits do.
  *
  * Two scopes whose hashes collide share one lock.  That costs only waits: a
- * bulk emit to one also waits for and holds off the emits of the other, and
- * a transaction that emitted to one does not escalate in the other; every
- * emit of a scope still takes that scope's lock, so a bulk emit excludes
- * them all.  Waits (deadlock_timeout and lock_timeout apply) are for the
- * transactions that emitted and have not ended; every lock is held until
- * this transaction ends, and a repeated lock is found in the backend's own
- * lock table.
+ * bulk emit to one also waits for and holds off the emits of the other;
+ * every emit of a scope still takes that scope's lock, so a bulk emit
+ * excludes them all.  Waits (deadlock_timeout and lock_timeout apply) are
+ * for the transactions that emitted and have not ended; every lock is held
+ * until this transaction ends, and a repeated lock is found in the
+ * backend's own lock table.
  */
 static bool
 lock_scope_first(text *scope, int new_keys)
 {
+	static bool callback_registered = false;
 	uint64		hash = scope_hash(scope);
 	LOCKTAG		tag;
+	bool		first = !outbox_locked_in_xact;
 
+	if (!callback_registered)
+	{
+		RegisterXactCallback(outbox_xact_callback, NULL);
+		RegisterSubXactCallback(outbox_subxact_callback, NULL);
+		callback_registered = true;
+	}
+	if (first)
+	{
+		outbox_locked_in_xact = true;
+		outbox_locked_level = GetCurrentTransactionNestLevel();
+	}
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
 						 OUTBOX_SCOPE_LOCK_CLASS);
 	if (idem_lock_held_by_me(&tag, ExclusiveLock))
 		return true;
-	if (new_keys > OUTBOX_BULK_KEYS && !idem_lock_held_by_me(&tag, RowExclusiveLock))
+	if (new_keys > OUTBOX_BULK_KEYS && first)
 	{
 		(void) LockAcquire(&tag, ExclusiveLock, false, false);
 		return true;

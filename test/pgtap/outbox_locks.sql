@@ -1,12 +1,12 @@
 -- The locks of emits (src/outbox.c): one transaction-level lock per
 -- (scope, topic, key), an advisory lock of class 7457, so that per key the
 -- order of seq is the order of commits, under its scope's lock (class 7458);
--- a transaction whose first emit to a scope is a batch of more than 256 keys
--- locks every key of the scope at once instead.  In a file of its own
+-- a transaction whose first emit is a batch of more than 256 keys locks
+-- every key of the scope at once instead.  In a file of its own
 -- because that depends on what the transaction emitted before.
 -- Everything is rolled back.
 BEGIN;
-SELECT plan(12);
+SELECT plan(14);
 
 -- the emits' lock on a key: one per (scope, topic, key), held to the end of
 -- the transaction, in a class of its own beside pg_advisory_lock's
@@ -30,7 +30,7 @@ SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubi
           - (SELECT n FROM locks_before),
           0::bigint, 'a rolled-back subtransaction releases them');
 
--- a transaction's first emit to a scope, a batch of more than 256 keys,
+-- a transaction's first emit, a batch of more than 256 keys,
 -- locks every key of the scope at once: a bulk emit does not fill the shared
 -- lock table
 SAVEPOINT many;
@@ -57,16 +57,44 @@ SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
           0::bigint, 'the rollback of the subtransaction gives those locks back');
 
--- the first emit to a scope may lock all of its keys although the
--- transaction emitted to another scope before
+-- only a transaction's first emit locks a whole scope: one that emitted to
+-- another scope before holds locks, and waiting for a whole scope then
+-- could deadlock with an emitter of that scope waiting for one of them
 SAVEPOINT other_scope;
 SELECT idem_outbox_emit('bulk', 'first', '{}', scope => 'tenant-b');
 SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb), scope => 'tenant-a'))
 FROM generate_series(1, 300) g;
-SELECT is((SELECT array_agg(mode ORDER BY objsubid, mode) FROM pg_locks
+SELECT is((SELECT array_agg(DISTINCT objsubid || ' ' || mode || ' ' || count) FROM
+             (SELECT objsubid, mode, count(*) FROM pg_locks
+               WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()
+               GROUP BY 1, 2) l),
+          '{"7457 ExclusiveLock 301","7458 RowExclusiveLock 2"}',
+          'after an emit to tenant-b, a batch of 300 keys to tenant-a locks each key, under tenant-a''s lock shared');
+ROLLBACK TO SAVEPOINT other_scope;
+
+-- a first lock taken in a subtransaction that rolled back is given back:
+-- the next emit is the first again; one taken in a released subtransaction
+-- stays the parent's
+SAVEPOINT undone;
+SELECT idem_outbox_emit('bulk', 'first', '{}', scope => 'tenant-b');
+ROLLBACK TO SAVEPOINT undone;
+SAVEPOINT kept;
+SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb), scope => 'tenant-a'))
+FROM generate_series(1, 300) g;
+SELECT is((SELECT array_agg(objsubid || ' ' || mode) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
-          '{ExclusiveLock,ExclusiveLock,RowExclusiveLock}',
-          'after an emit to tenant-b, a batch of 300 keys to tenant-a locks all of tenant-a''s keys at once');
+          '{"7458 ExclusiveLock"}',
+          'after a rolled-back emit, a batch of 300 keys locks all of its scope''s keys at once');
+ROLLBACK TO SAVEPOINT kept;
+SAVEPOINT inner_one;
+SELECT idem_outbox_emit('bulk', 'first', '{}', scope => 'tenant-b');
+RELEASE SAVEPOINT inner_one;
+SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb), scope => 'tenant-a'))
+FROM generate_series(1, 300) g;
+SELECT is((SELECT count(*) FROM pg_locks
+           WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
+             AND mode = 'ExclusiveLock'),
+          0::bigint, 'after an emit in a released subtransaction, a batch of 300 keys locks each key');
 ROLLBACK TO SAVEPOINT other_scope;
 
 -- idem_outbox_lock_key (idem_outbox_retry's) takes its scope's lock too,
