@@ -1397,15 +1397,24 @@ BEGIN
     -- delayed or backed off is not stuck before it may be handed out.  An
     -- in-flight one keeps the available_at it was claimed at, which is
     -- before its lease's expiry, so one whose lease expired stuck_after ago
-    -- is listed too.
+    -- is listed too.  A message that keeps failing is never due for long (a
+    -- relay claims it again as soon as it is), so a pending one that failed
+    -- and was emitted stuck_after ago is listed as failing, aged from its
+    -- emit: it holds up its key's later messages, which are listed too.
     RETURN QUERY
     SELECT o.scope::text, o.aggregateid::text,
-           CASE WHEN o.status = 'dead' THEN 'dead message' ELSE 'message not published' END,
-           clock_timestamp() - coalesce(o.available_at, o.created_at), o.attempts, o.last_error,
+           CASE WHEN o.status = 'dead' THEN 'dead message'
+                WHEN o.available_at < clock_timestamp() - stuck_after THEN 'message not published'
+                ELSE 'message failing' END,
+           clock_timestamp() - CASE WHEN o.status <> 'dead'
+                                     AND o.available_at >= clock_timestamp() - stuck_after
+                                    THEN o.created_at ELSE o.available_at END,
+           o.attempts, o.last_error,
            o.lease_expires_at, o.created_at, o.updated_at, o.aggregatetype::text, o.id, o.status
     FROM @extschema@.idem_outbox o
     WHERE o.status = 'dead'
-       OR (o.status IN ('pending', 'in_flight') AND o.available_at < clock_timestamp() - stuck_after);
+       OR (o.status IN ('pending', 'in_flight') AND o.available_at < clock_timestamp() - stuck_after)
+       OR (o.status = 'pending' AND o.attempts > 0 AND o.created_at < clock_timestamp() - stuck_after);
 END
 $function$;
 

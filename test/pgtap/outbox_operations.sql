@@ -7,7 +7,7 @@
 -- timestamps back, not by waiting.  Everything, roles included, is rolled
 -- back.  Roles are regress_idem_obx_*.
 BEGIN;
-SELECT plan(48);
+SELECT plan(49);
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -106,16 +106,17 @@ SELECT results_eq($$SELECT key COLLATE "default", reason, topic COLLATE "default
                             '{"error": "poison"}'::jsonb),
                            ('old', 'message not published', 'stuck', pg_temp.id('old'), 'pending', NULL, NULL),
                            ('old_flight', 'message not published', 'stuck', pg_temp.id('old_flight'), 'in_flight', NULL, NULL)$$,
-                  'idem_stuck lists dead messages and those not published 5 minutes after their emit, not fresh or published ones');
+                  'idem_stuck lists dead messages and those not published 5 minutes after they became due, not fresh or published ones');
 SET LOCAL idempotency.outbox_stuck_after = '1h';
 SELECT results_eq($$SELECT key COLLATE "default" FROM idem_stuck WHERE topic = 'stuck' ORDER BY key$$, $$VALUES ('dead')$$,
                   'idempotency.outbox_stuck_after sets the age');
 RESET idempotency.outbox_stuck_after;
 SELECT ok((SELECT age >= interval '10 minutes' FROM idem_stuck WHERE message_id = pg_temp.id('old')), 'with its age');
 -- a live message is stuck when it has been due that long, not by its emit:
--- a delayed one and one backed off by a nack are not listed before they are
--- due (each emitted 10 minutes ago); one due for 19 minutes is, with that
--- age; so is one in flight whose lease expired 10 minutes ago
+-- a delayed one is not listed before it is due (emitted 10 minutes ago);
+-- one due for 19 minutes is, with that age; so is one in flight whose lease
+-- expired 10 minutes ago.  One backed off by a nack is never due for long
+-- while it keeps failing: it is listed as failing, aged from its emit
 INSERT INTO m VALUES ('delayed', idem_outbox_emit('due', 'delayed', '{}', delay => '20 minutes'));
 UPDATE idem_outbox SET created_at = created_at - interval '10 minutes' WHERE id = pg_temp.id('delayed');
 INSERT INTO m VALUES ('backed_off', idem_outbox_emit('due', 'backed_off', '{}'));
@@ -127,9 +128,13 @@ SELECT pg_temp.age('lease_gone', '20 minutes');
 UPDATE idem_outbox SET lease_expires_at = clock_timestamp() - interval '10 minutes' WHERE id = pg_temp.id('lease_gone');
 INSERT INTO m VALUES ('due_long', idem_outbox_emit('due', 'due_long', '{}', delay => '1 minute'));
 SELECT pg_temp.age('due_long', '20 minutes');
-SELECT results_eq($$SELECT key COLLATE "default", outbox_status::text FROM idem_stuck WHERE topic = 'due' ORDER BY key$$,
-                  $$VALUES ('due_long'::text, 'pending'::text), ('lease_gone', 'in_flight')$$,
-                  'idem_stuck lists messages due for 5 minutes, not delayed or backed-off ones emitted as long ago');
+SELECT results_eq($$SELECT key COLLATE "default", outbox_status::text, reason FROM idem_stuck WHERE topic = 'due' ORDER BY key$$,
+                  $$VALUES ('backed_off'::text, 'pending'::text, 'message failing'::text),
+                           ('due_long', 'pending', 'message not published'),
+                           ('lease_gone', 'in_flight', 'message not published')$$,
+                  'idem_stuck lists messages due for 5 minutes and failing ones emitted as long ago, not a delayed one');
+SELECT ok((SELECT age >= interval '10 minutes' FROM idem_stuck WHERE message_id = pg_temp.id('backed_off')),
+          'the age of a failing message counts from its emit');
 SELECT ok((SELECT age BETWEEN interval '19 minutes' AND interval '19 minutes 30 seconds'
            FROM idem_stuck WHERE message_id = pg_temp.id('due_long')),
           'the age of a pending message counts from when it became due');
