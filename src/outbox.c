@@ -57,6 +57,7 @@
  */
 #include "postgres.h"
 
+#include "access/nbtree.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -107,14 +108,20 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
 /*
  * The most bytes topic, key and scope may have together.  The index
  * idem_outbox_key holds all three and seq in one entry, and a B-tree entry
- * may take at most about a third of a page (BTMaxItemSize: 2704 bytes of
- * an 8 kB page), or the INSERT fails with a raw 54000.  The entry adds to
- * the values its header (8 bytes), a 4-byte length word per value, up to 13
- * bytes of alignment and seq (8): 2663 bytes are left for the values, of
- * which this keeps some as a margin.  Each alone is at most
+ * may take at most about a third of a page (BTMaxItemSize, computed here
+ * from BLCKSZ as every supported version does: 2704 bytes of an 8 kB
+ * page), or the INSERT fails with a raw 54000.  The entry adds to the
+ * values its header (8 bytes), a 4-byte length word per value, up to 13
+ * bytes of alignment and seq (8): 41 bytes, and this keeps 63 more as a
+ * margin (2600 bytes of values at 8 kB).  Each alone is at most
  * max_key_length, up to 1024 bytes, so the three can reach 3072.
  */
-#define OUTBOX_MAX_KEY_BYTES 2600
+#define OUTBOX_BTREE_MAX_ITEM \
+	MAXALIGN_DOWN((BLCKSZ - \
+				   MAXALIGN(SizeOfPageHeaderData + 3 * sizeof(ItemIdData) + \
+							3 * sizeof(ItemPointerData)) - \
+				   MAXALIGN(sizeof(BTPageOpaqueData))) / 3)
+#define OUTBOX_MAX_KEY_BYTES ((int) OUTBOX_BTREE_MAX_ITEM - 104)
 
 static uint64
 scope_hash(text *scope)
