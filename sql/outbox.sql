@@ -303,8 +303,11 @@ DECLARE
 BEGIN
     outcome := pg_temp.try(sql, CASE WHEN current_setting('server_version_num')::int < 170000
                                      THEN '22007' ELSE '22023' END);
+    -- +infinity must be refused as infinite, -infinity as negative
     RETURN CASE WHEN outcome LIKE 'ok 22007 invalid input syntax for type interval: "%infinity"'
-                  OR outcome LIKE 'ok 22023 %' THEN 'refused' ELSE outcome END;
+                  OR (outcome LIKE 'ok 22023 % must be finite' AND sql NOT LIKE '%-infinity%')
+                  OR (outcome ~ '^ok 22023 .* must (not be negative|be positive)$' AND sql LIKE '%-infinity%')
+                THEN 'refused' ELSE outcome END;
 END
 $f$;
 -- (in a transaction rolled back, so that a row written here shows only here)
