@@ -24,10 +24,10 @@
 #      that preloads the library (for idem_stats): emit, emit_batch, claim,
 #      ack, nack, retry, its rows of idem_stuck and its counters; and a
 #      session opened before the update, which had claimed a key then, emits
-#      afterwards without reconnecting (src/extension_objects.c: the types the
-#      update creates invalidate the session's cache of the extension's
-#      objects, and idem_objects_outbox_seq looks the outbox up again if it
-#      was missing).
+#      afterwards without reconnecting (src/extension_objects.c: the
+#      update's ALTER TABLE of idempotency_records invalidates the session's
+#      cache of the extension's objects, so this passes without
+#      idem_objects_outbox_seq's second look-up as well).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
