@@ -2,10 +2,16 @@
 """Move one partition of a sharded deployment to another shard (issue 16,
 README "Scaling out", "Moving a partition").
 
-The partition map is the proxy's (the foreign server "idempotency" of
-idempotency_router); the source is the shard the partition is on now, the
-target another shard of the map.  While clients keep calling through the
-proxy:
+The partition map is the proxies' (the foreign server "idempotency" of
+idempotency_router, the same on every proxy); the source is the shard the
+partition is on now, the target another shard of the map, or with
+--new-shard a shard the map does not hold yet (a new node, set up as the
+others: the extension at the source's version in the same schema, the
+business tables and functions, the grants).  A new shard is first checked
+not to be a shard of the map under another spelling: its system
+identifier, port, data directory and database must not all equal one
+shard's (PL/Proxy tells shards apart by the connection string only).
+While clients keep calling through the proxies:
 
   1. freeze   on the source, in one transaction: a trigger per table that
               refuses every INSERT and UPDATE of a row of the partition
@@ -34,14 +40,17 @@ proxy:
               them over when the lease runs out, with a larger token.  The
               target's relays are notified (NOTIFY idem_outbox).  The target
               must hold no row of the partition yet.
-  3. switch   the proxy's map: ALTER SERVER idempotency (through
+  3. switch   every proxy's map: ALTER SERVER idempotency (through
               idem_router_set_partition); PL/Proxy reads it at the next call
-              of every session.
+              of every session.  Every proxy must be named (--proxy, once
+              each): the fence refuses writes only, so a proxy left behind
+              would send reads (idem_lookup, idem_await) to the source, which
+              answers "nothing" after the cleanup.
   4. clean    delete the partition's rows on the source.  The fence stays:
-              a caller that still routes to the source (another proxy that
-              has not switched) is refused, never served from stale rows,
-              so no key is ever claimed on two shards and a stale owner
-              can complete nothing there.  Tokens stay fenced: a record
+              a write that still reaches the source (a stale owner on the
+              shard directly, a proxy left unnamed) is refused, so no key
+              is ever claimed on two shards and a stale owner can complete
+              nothing there (reads are not fenced: see step 3).  Tokens stay fenced: a record
               moves with its token, and on the target an owner call matches
               only that token.  The source's outbox keeps no copy of a
               moved message, so its relays cannot publish one again; a
@@ -55,12 +64,13 @@ A failure before the switch leaves the partition frozen on the source and
 nothing switched: run again after fixing the cause (the target's partial
 copy was rolled back).
 
-  test/shard/move_partition.py --proxy DSN --partition N --to SHARD
-      [--table TABLE:SCOPE_COLUMN ...]
+  test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
+      --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
 
 SHARD is a connection string exactly as in the map (idem_router_partitions()
-on the proxy).  The shards' connection strings are used as they are, with
-the user of the environment (PGUSER); the script needs superuser rights on
+on the proxy), or the new shard's as it will be written there.  The shards'
+connection strings are used as they are, with the user of the environment
+(PGUSER); the script needs superuser rights on
 the shards (triggers on the extension's tables, session_replication_role
 for the copy, which keeps the records' triggers from judging copied rows as
 new ones).
@@ -115,8 +125,13 @@ def ext_schema(conn):
     row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
                        " WHERE extname = 'idempotency'").fetchone()
     if row is None:
-        raise SystemExit("move_partition: no extension idempotency on a shard")
+        raise SystemExit("move_partition: no extension idempotency on shard %r"
+                         % conn.info.dsn)
     return row[0]
+
+
+def ext_version(conn):
+    return conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'idempotency'").fetchone()[0]
 
 
 def has_outbox(conn, schema):
@@ -149,25 +164,81 @@ def in_partition(schema, column, partition, partitions, row=None):
         sql.Identifier(schema), col, sql.Literal(partitions - 1), sql.Literal(partition))
 
 
+IDENTITY = ("SELECT (SELECT system_identifier FROM pg_control_system()), current_setting('port'),"
+            " current_setting('data_directory'), current_database()")
+
+
+def read_maps(proxies):
+    """Each proxy's partition map, as {partition: connstr}; they must have
+    the same number of partitions."""
+    maps = [dict(c.execute("SELECT partition, connstr FROM idem_router_partitions()").fetchall())
+            for c in proxies]
+    if len({len(m) for m in maps}) != 1 or not maps[0]:
+        raise SystemExit("move_partition: the proxies' maps differ in their number of partitions"
+                         " (or one has none): %s" % ", ".join(str(len(m)) for m in maps))
+    return maps
+
+
+def check_new_shard(target, maps):
+    """A new shard must be another server or database than every shard of
+    the maps, however its connection string is spelled: PL/Proxy tells
+    shards apart by the string only, so one shard under two spellings would
+    hold partitions under two names (and RUN ON ALL would count it twice)."""
+    with psycopg.connect(target, autocommit=True, application_name="idem-move") as c:
+        mine = c.execute(IDENTITY).fetchone()
+    for shard in sorted({v for m in maps for v in m.values() if v != target}):
+        try:
+            with psycopg.connect(shard, autocommit=True, connect_timeout=10,
+                                 application_name="idem-move") as c:
+                theirs = c.execute(IDENTITY).fetchone()
+        except psycopg.Error as e:
+            raise SystemExit("move_partition: cannot check that the new shard is not shard %r of"
+                             " the map: %s" % (shard, str(e).strip()))
+        if theirs == mine:
+            raise SystemExit("move_partition: the new shard %r is shard %r of the map, spelled"
+                             " differently (the same system identifier, port, data directory and"
+                             " database): name it as in the map, without --new-shard"
+                             % (target, shard))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--proxy", required=True, help="libpq connection string of the proxy database")
+    p.add_argument("--proxy", required=True, action="append",
+                   help="libpq connection string of a proxy database; give every proxy, each"
+                        " with its own --proxy")
     p.add_argument("--partition", type=int, required=True)
     p.add_argument("--to", required=True, help="the target shard, as in the partition map")
+    p.add_argument("--new-shard", action="store_true",
+                   help="the target is a shard the map does not hold yet")
     p.add_argument("--table", action="append", default=[],
                    help="a business table and its routing column, TABLE:SCOPE_COLUMN")
     a = p.parse_args()
 
-    proxy = psycopg.connect(a.proxy, autocommit=True)
-    rows = proxy.execute("SELECT partition, connstr FROM idem_router_partitions()").fetchall()
-    partitions = len(rows)
-    source = dict(rows).get(a.partition)
-    if source is None:
+    proxies = [psycopg.connect(d, autocommit=True, application_name="idem-move") for d in a.proxy]
+    maps = read_maps(proxies)
+    partitions = len(maps[0])
+    entries = [m.get(a.partition) for m in maps]
+    if None in entries:
         raise SystemExit("move_partition: the map has no partition %d" % a.partition)
-    if a.to not in dict(rows).values():
-        raise SystemExit("move_partition: %r is not a shard of the map" % a.to)
-    if a.to == source:
+    # A proxy may point at the target already (an earlier run switched it).
+    sources = set(entries) - {a.to}
+    if not sources:
         raise SystemExit("move_partition: partition %d is on that shard already" % a.partition)
+    if len(sources) > 1:
+        raise SystemExit("move_partition: the proxies disagree on the shard of partition %d: %s"
+                         % (a.partition, ", ".join(sorted(sources))))
+    source = sources.pop()
+    # The target as a shard of a map, other than as this partition's entry.
+    known = any(v == a.to for m in maps for k, v in m.items() if k != a.partition)
+    if a.new_shard and known:
+        raise SystemExit("move_partition: %r is a shard of the map already: leave out --new-shard"
+                         % a.to)
+    if not a.new_shard and not known:
+        raise SystemExit("move_partition: %r is not a shard of the map (name it as in"
+                         " idem_router_partitions(), or pass --new-shard to grow onto a new shard)"
+                         % a.to)
+    if a.new_shard:
+        check_new_shard(a.to, maps)
     name = fence_name(a.partition, partitions)
 
     src = psycopg.connect(source, autocommit=True, application_name="idem-move")
@@ -175,6 +246,9 @@ def main():
     schema = ext_schema(src)
     if ext_schema(dst) != schema:
         raise SystemExit("move_partition: the extension is in another schema on the target")
+    if a.new_shard and ext_version(dst) != ext_version(src):
+        raise SystemExit("move_partition: the new shard has idempotency %s, the source %s: install"
+                         " the same version" % (ext_version(dst), ext_version(src)))
     outbox = has_outbox(src, schema)
     if outbox and not has_outbox(dst, schema):
         raise SystemExit("move_partition: the source has the outbox and the target does not"
@@ -236,8 +310,12 @@ def main():
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
 
-    # 3. switch
-    proxy.execute("SELECT idem_router_set_partition(%s, %s)", (a.partition, a.to))
+    # 3. switch every proxy (before the cleanup: a proxy left behind would
+    # send reads, which the fence does not refuse, to the emptied source)
+    for proxy, m in zip(proxies, maps):
+        if m[a.partition] != a.to:
+            proxy.execute("SELECT idem_router_set_partition(%s, %s, new_shard => %s)",
+                          (a.partition, a.to, a.to not in m.values()))
     switched = time.monotonic()
 
     # 4. clean up the source (the fence stays)

@@ -19,7 +19,9 @@
 # a copy left frozen on the source is not handed out; on the target a
 # message keeps its lease, a take-over draws a token above the source's,
 # the old holder's ack is refused (IK002), and a message emitted after the
-# move waits behind its key's moved one.
+# move waits behind its key's moved one.  Last, a partition moves onto a
+# fifth shard, a new node (--new-shard), which a shard of the map spelled
+# differently cannot pass for, and its calls land there.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker and the
 # move script, and python3-psycopg.
@@ -236,6 +238,51 @@ is($proxy->safe_psql('jepsen',
 		"SELECT string_agg(id::text, ' ') FROM idem_outbox_claim_on('$map{3}', 'relay-dst', 100, '30s', ARRAY['move'])"),
 	$later, '... and then the later message of the key is handed out');
 
+# Growing onto a fifth shard, a new node: its schema is shard 3's (pg_dump
+# --schema-only: the extension, the business table and functions); the
+# move of partition 3 needs --new-shard, and refuses shard 2 spelled
+# differently.
+my $shard4 = PostgreSQL::Test::Cluster->new('shard4');
+$shard4->init;
+$shard4->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\n");
+$shard4->start;
+my $dump = '';
+IPC::Run::run([ 'pg_dump', '--schema-only', '--no-owner', '-d', $map{3} ], '>', \$dump)
+  or die 'pg_dump of shard 3 failed';
+$shard4->safe_psql('postgres', 'CREATE DATABASE jepsen');
+$shard4->safe_psql('jepsen', $dump);
+my $new_dsn = 'host=' . $shard4->host . ' port=' . $shard4->port . ' user=postgres dbname=jepsen';
+my @move3 = ($python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 3,
+	'--table', 'jepsen_business:scope');
+IPC::Run::run([ @move3, '--to', $new_dsn ], '>', \$moved, '2>&1');
+like($moved, qr/is not a shard of the map .*--new-shard/,
+	'a move to a shard the map does not hold needs --new-shard');
+my $respelled = 'port=' . $shards[2]->port . ' dbname=jepsen host=' . $shards[2]->host . ' user=postgres';
+IPC::Run::run([ @move3, '--to', $respelled, '--new-shard' ], '>', \$moved, '2>&1');
+like($moved, qr/is shard .* of the map, spelled\s+differently/,
+	'--new-shard refuses a shard of the map under another spelling');
+is($proxy->safe_psql('jepsen', q{SELECT count(DISTINCT connstr) FROM idem_router_partitions()}), '4',
+	'... and the map still has four shards');
+my $p3_records = $shards[3]->safe_psql('jepsen',
+	q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 15) = 3});
+IPC::Run::run([ @move3, '--to', $new_dsn, '--new-shard' ], '>', \$moved, '2>&1');
+note($moved);
+like($moved, qr/partition 3 of 16 moved: .*idempotency_records" $p3_records\b/,
+	"partition 3 moved onto a fifth shard with --new-shard ($p3_records records)");
+is($proxy->safe_psql('jepsen', q{SELECT connstr FROM idem_router_partitions() WHERE partition = 3}),
+	$new_dsn, '... the map names the new shard for it');
+my $scope3 = $proxy->safe_psql('jepsen',
+	q{SELECT s FROM (SELECT 'grow-' || i AS s FROM generate_series(1, 1000) i) g
+	   WHERE idem_router_partition(s) = 3 LIMIT 1});
+is($proxy->safe_psql('jepsen', "SELECT outcome FROM idem_claim('g', '\\x01', '30s', '$scope3')"), 'new',
+	'a claim of the partition through the proxy');
+is($shard4->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE scope = '$scope3'")
+	  . ' ' . $shards[3]->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE scope = '$scope3'"),
+	'1 0', '... lands on the new shard, not on shard 3');
+is($proxy->safe_psql('jepsen', "SELECT status FROM idem_lookup('g', '$scope3')"), 'processing',
+	'... and a lookup through the proxy reads it there');
+
+$shard4->stop;
 $proxy->stop;
 $standby->stop;
 $_->stop for @shards[1 .. $#shards];
