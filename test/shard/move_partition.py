@@ -19,7 +19,12 @@ While clients keep calling through the proxies:
               which runs on the target once the map is switched).  Creating
               it waits for the transactions that are writing those tables and
               holds back new writers for that moment, so once it commits no
-              key of the partition changes on the source any more.
+              key of the partition changes on the source any more.  The wait
+              is bounded: at most --lock-timeout (2s) for each lock, then the
+              transaction rolls back and, after a growing pause, tries again
+              (--lock-retries, 4 more times); after the last try the script
+              fails with nothing changed and names the sessions that hold
+              locks on the tables (an idle-in-transaction writer, say).
               The outbox's fence is gentler to relays: a claim on the source
               skips the partition's messages (they are not handed out there
               again; the claim goes on with the shard's other messages),
@@ -66,6 +71,7 @@ copy was rolled back).
 
   test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
       --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
+      [--lock-timeout 2s] [--lock-retries 4]
 
 SHARD is a connection string exactly as in the map (idem_router_partitions()
 on the proxy), or the new shard's as it will be written there.  The shards'
@@ -164,6 +170,46 @@ def in_partition(schema, column, partition, partitions, row=None):
         sql.Identifier(schema), col, sql.Literal(partitions - 1), sql.Literal(partition))
 
 
+def blockers(conn, tables):
+    """The sessions holding a lock on one of the tables, for the message of
+    a freeze that could not take its locks."""
+    return conn.execute(
+        "SELECT string_agg(format('pid %%s (%%s, %%s, since %%s)', a.pid, a.usename, a.state,"
+        "                         date_trunc('second', a.xact_start)), ', ' ORDER BY a.pid)"
+        "  FROM pg_stat_activity a"
+        " WHERE a.pid <> pg_backend_pid() AND a.pid IN (SELECT l.pid FROM pg_locks l"
+        "   WHERE l.granted AND l.database = (SELECT oid FROM pg_database"
+        "                                      WHERE datname = current_database())"
+        "     AND l.relation = ANY (%s::regclass[]))",
+        ([t.as_string(conn) for t, _ in tables],)).fetchone()[0]
+
+
+def with_lock_timeout(conn, a, what, tables, work):
+    """Run work() in one transaction of conn under lock_timeout, again after
+    a back-off when a lock is not granted in time: a DDL lock (CREATE
+    TRIGGER's, DROP TRIGGER's) waits for every open writer of its table,
+    an idle-in-transaction one too, and every later writer of the table
+    queues behind it, so an unbounded wait would stall the whole shard.
+    Each try rolls back whole: after the last, nothing was changed."""
+    for attempt in range(1, a.lock_retries + 2):
+        try:
+            with conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (a.lock_timeout,))
+                return work()
+        except psycopg.errors.LockNotAvailable:
+            held = blockers(conn, tables) or "none now"
+            if attempt > a.lock_retries:
+                raise SystemExit("move_partition: %s: no lock within lock_timeout %s in %d tries;"
+                                 " nothing was changed there (the transaction rolled back)."
+                                 " Sessions holding locks on the tables: %s. End them, or run"
+                                 " again at a quieter time" % (what, a.lock_timeout, attempt, held))
+            delay = min(0.5 * 2 ** (attempt - 1), 8.0)
+            print("move_partition: %s: no lock within lock_timeout %s (try %d of %d; held by %s);"
+                  " again in %.1f s" % (what, a.lock_timeout, attempt, a.lock_retries + 1, held,
+                                        delay), flush=True)
+            time.sleep(delay)
+
+
 IDENTITY = ("SELECT (SELECT system_identifier FROM pg_control_system()), current_setting('port'),"
             " current_setting('data_directory'), current_database()")
 
@@ -212,6 +258,11 @@ def main():
                    help="the target is a shard the map does not hold yet")
     p.add_argument("--table", action="append", default=[],
                    help="a business table and its routing column, TABLE:SCOPE_COLUMN")
+    p.add_argument("--lock-timeout", default="2s",
+                   help="how long the freeze (and the copy's unfreeze) waits for each lock"
+                        " before it rolls back and tries again (default 2s)")
+    p.add_argument("--lock-retries", type=int, default=4,
+                   help="how many times it tries again, with a growing pause (default 4)")
     a = p.parse_args()
 
     proxies = [psycopg.connect(d, autocommit=True, application_name="idem-move") for d in a.proxy]
@@ -256,28 +307,33 @@ def main():
     tables = tables_of(src, schema, a.table, outbox)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
 
-    # 1. freeze
-    started = time.monotonic()
-    with src.transaction():
+    # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
+    # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
+    # EXCLUSIVE and hold back the readers too).
+    def freeze():
         src.execute(REFUSE)
         for table, column in tables:
-            src.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
             src.execute(sql.SQL(
-                "CREATE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
+                "CREATE OR REPLACE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
                 " EXECUTE FUNCTION idem_move.{}({}, {}, {})").format(
                     sql.Identifier(name), table,
                     in_partition(schema, column, a.partition, partitions, "new"),
                     sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"),
                     sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
                     sql.Literal(column)))
+    started = time.monotonic()
+    with_lock_timeout(src, a, "the freeze on the source", tables, freeze)
     frozen = time.monotonic()
 
     # 2. copy, and the unfreeze on the target, in one transaction there
     copied = {}
-    with dst.transaction():
+
+    def copy():
         dst.execute("SET LOCAL session_replication_role = replica")
         for table, column in tables:
-            dst.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+            if dst.execute("SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = %s::regclass"
+                           " AND tgname = %s)", (table.as_string(dst), name)).fetchone()[0]:
+                dst.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(name), table))
             if dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
                     table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]:
                 raise SystemExit("move_partition: the target holds rows of partition %d in %s already"
@@ -309,6 +365,8 @@ def main():
             copied[table.as_string(dst)] = n
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
+
+    with_lock_timeout(dst, a, "the copy to the target", tables, copy)
 
     # 3. switch every proxy (before the cleanup: a proxy left behind would
     # send reads, which the fence does not refuse, to the emptied source)

@@ -1,7 +1,10 @@
 # The partition mover's troubles (test/shard/move_partition.py, README
 # "Moving a partition"), without load: two shards, four partitions, two
 # proxies.  Every proxy named is switched before the source is cleaned up,
-# so a read through either finds the moved keys.
+# so a read through either finds the moved keys.  A freeze blocked by an
+# idle transaction's lock stalls other writers of the source for at most
+# its lock timeout, and gives up cleanly (no fence left) or succeeds once
+# the blocker ends.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
 # and python3-psycopg.
@@ -90,6 +93,69 @@ like($out, qr/partition 1 of 4 moved: .*idempotency_records" 5\b/, '... with its
 is(map_of($_, 1), $dsn[0], 'proxy ' . $_->name . ' points partition 1 at shard 0') for @proxies;
 is($_->safe_psql('app', "SELECT status FROM idem_lookup('k3', '$s1')"), 'succeeded',
 	'a lookup through ' . $_->name . ' finds a moved key') for @proxies;
+
+# A freeze that cannot get its locks stalls nobody for long: an idle
+# transaction on shard 0 holds a write lock on the records (a claim of
+# partition 0, uncommitted); the move of partition 2 (shard 0 to shard 1)
+# waits at most --lock-timeout for each lock, rolls back and tries again.
+my $s0 = scope_in(0, 'b');
+my $s2 = scope_in(2, 'c');
+$proxy->safe_psql('app', "SELECT idem_claim('k$_', '\\x01', '30s', '$s2')") for 1 .. 3;
+my $blocker = $shards[0]->background_psql('app');
+$blocker->query_safe("BEGIN; SELECT idem_claim('blocker', '\\x01', '30s', '$s0')");
+my @move2 = ($python, $mover, @proxy_args, '--partition', 2, '--to', $dsn[1], '--lock-timeout', '1s');
+sub start_move
+{
+	my ($retries, $outref) = @_;
+	my $h = IPC::Run::start([ @move2, '--lock-retries', $retries ], '>', $outref, '2>&1',
+		IPC::Run::timeout(30));
+	$shards[0]->poll_query_until('app',
+		q{SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'idem-move' AND wait_event_type = 'Lock'})
+	  or die 'the move did not wait for its lock';
+	return $h;
+}
+# The mover's exit status in $?, or 255 when it ran into the timeout (killed).
+sub finish_move
+{
+	my ($h) = @_;
+	return if eval { $h->finish; 1 };
+	$h->kill_kill;
+	$? = 255 << 8;
+}
+my $failed = '';
+my $h = start_move(1, \$failed);
+# A claim of another partition of shard 0 queues behind the freeze's lock
+# request: it must go through once that request times out.
+my $t0 = time;
+my ($o, $e) = ('', '');
+$proxy->psql('app', "SET statement_timeout = '15s'; SELECT outcome FROM idem_claim('other', '\\x01', '30s', '$s0')",
+	stdout => \$o, stderr => \$e);
+my $waited = time - $t0;
+note(sprintf('a claim on shard 0 during the blocked freeze took %.2f s', $waited));
+is($o, 'new', 'a claim of another partition of the source goes through while the freeze is blocked');
+cmp_ok($waited, '<', 3, '... within about the lock timeout (1 s)');
+finish_move($h);
+note($failed);
+isnt($? >> 8, 0, 'the move gives up when the lock is still held after its last try');
+like($failed, qr/the freeze on the source: no lock within lock_timeout 1s in 2 tries; nothing was changed there.*pid \d+ \(postgres, idle in transaction/s,
+	'... and says so, naming the idle transaction that holds the lock');
+is($shards[0]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p2_of_4'}), '0',
+	'... leaving no fence on the source');
+is(map_of($_, 2), $dsn[0], '... and partition 2 of ' . $_->name . ' on shard 0') for @proxies;
+is($proxy->safe_psql('app', "SET statement_timeout = '15s'; SELECT outcome FROM idem_claim('k4', '\\x01', '30s', '$s2')"), 'new',
+	'... where it still takes claims');
+
+# The same move, while the blocker ends during its tries: it moves.
+my $moved2 = '';
+$h = start_move(6, \$moved2);
+sleep(1.5);
+$blocker->query_safe('COMMIT');
+$blocker->quit;
+finish_move($h);
+note($moved2);
+is($? >> 8, 0, 'the move succeeds once the idle transaction ends between its tries');
+like($moved2, qr/no lock within lock_timeout 1s \(try 1 of 7.*partition 2 of 4 moved: .*idempotency_records" 4\b/s,
+	'... after a try that timed out, with the partition\'s four records');
 
 $_->stop for @proxies, @shards;
 done_testing();
