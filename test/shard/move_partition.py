@@ -33,8 +33,11 @@ While clients keep calling through the proxies:
   2. copy     the partition's rows of every table (the records, the inbox,
               the inbox streams, the outbox in every status, and the
               business tables named with --table) to the target in one
-              transaction, with the target's token epoch raised to the
-              source's (tokens of keys the target claims anew stay above
+              transaction, column by name (the source's columns; the
+              target's table must have each of them, in any order, and may
+              have more, which get their defaults), with the target's
+              token epoch raised to the source's (tokens of keys the
+              target claims anew stay above
               every token the source issued), the target's outbox sequences
               raised to the source's (a claim there draws a fencing token
               above every token the source's relays hold, and a message
@@ -97,7 +100,6 @@ OUTBOX = ("idem_outbox", "scope")
 OUTBOX_SEQUENCES = ["idem_outbox_token", "idem_outbox_seq"]
 
 REFUSE = """
-CREATE SCHEMA IF NOT EXISTS idem_move;
 CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -160,6 +162,32 @@ def tables_of(conn, schema, extra, outbox):
                                 " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
                                 (oid,)).fetchone()
         out.append((sql.Identifier(nsp, rel), column))
+    return out
+
+
+COLUMNS = ("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+           " AND NOT attisdropped AND attgenerated = '' ORDER BY attnum")
+
+
+def columns_of(src, dst, tables):
+    """Each table's columns on the source, by name (a COPY without a column
+    list would pair them by position: a business table created with its
+    columns in another order on the target would get its values in the
+    wrong columns).  The target must have every one of them."""
+    out = []
+    for table, column in tables:
+        name = table.as_string(src)
+        cols = [r[0] for r in src.execute(COLUMNS, (name,)).fetchall()]
+        if dst.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is None:
+            raise SystemExit("move_partition: no table %s on the target" % name)
+        theirs = {r[0] for r in dst.execute(COLUMNS, (name,)).fetchall()}
+        missing = [c for c in cols if c not in theirs]
+        if missing:
+            raise SystemExit("move_partition: the target's table %s lacks column%s %s of the"
+                             " source's: add %s there first"
+                             % (name, "s" if len(missing) > 1 else "", ", ".join(missing),
+                                "them" if len(missing) > 1 else "it"))
+        out.append((table, column, sql.SQL(", ").join(map(sql.Identifier, cols))))
     return out
 
 
@@ -305,12 +333,14 @@ def main():
         raise SystemExit("move_partition: the source has the outbox and the target does not"
                          " (update the extension there to 0.2.0)")
     tables = tables_of(src, schema, a.table, outbox)
+    columns = columns_of(src, dst, tables)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
 
     # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
     # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
     # EXCLUSIVE and hold back the readers too).
     def freeze():
+        src.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
         src.execute(REFUSE)
         for table, column in tables:
             src.execute(sql.SQL(
@@ -354,10 +384,10 @@ def main():
             src_last = src.execute(last).fetchone()[0]
             if src_last > dst.execute(last).fetchone()[0]:
                 dst.execute("SELECT setval(%s, %s)", (schema + "." + seq, src_last))
-        for table, column in tables:
-            with src.cursor().copy(sql.SQL("COPY (SELECT * FROM {} WHERE {}) TO STDOUT").format(
-                    table, in_partition(schema, column, a.partition, partitions))) as out, \
-                    dst.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(table)) as into:
+        for table, column, cols in columns:
+            with src.cursor().copy(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+                    cols, table, in_partition(schema, column, a.partition, partitions))) as out, \
+                    dst.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, cols)) as into:
                 for data in out:
                     into.write(data)
             n = dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(

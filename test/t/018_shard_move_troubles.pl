@@ -4,7 +4,8 @@
 # so a read through either finds the moved keys.  A freeze blocked by an
 # idle transaction's lock stalls other writers of the source for at most
 # its lock timeout, and gives up cleanly (no fence left) or succeeds once
-# the blocker ends.
+# the blocker ends.  Business tables are copied column by name, and a target
+# that lacks a column is refused.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
 # and python3-psycopg.
@@ -156,6 +157,29 @@ note($moved2);
 is($? >> 8, 0, 'the move succeeds once the idle transaction ends between its tries');
 like($moved2, qr/no lock within lock_timeout 1s \(try 1 of 7.*partition 2 of 4 moved: .*idempotency_records" 4\b/s,
 	'... after a try that timed out, with the partition\'s four records');
+
+# Business tables are copied by column name: shard 0 has the columns of
+# shop.orders in another order than shard 1, and lacks one of shop.notes.
+# Partition 3 (shard 1) moves to shard 0.
+$shards[1]->safe_psql('app', q{CREATE SCHEMA shop;
+	CREATE TABLE shop.orders (scope text, id text, amount text, note text);
+	CREATE TABLE shop.notes (scope text, body text, author text)});
+$shards[0]->safe_psql('app', q{CREATE SCHEMA shop;
+	CREATE TABLE shop.orders (note text, amount text, id text, scope text, extra text DEFAULT 'd');
+	CREATE TABLE shop.notes (scope text, body text)});
+my $s3 = scope_in(3, 'd');
+$shards[1]->safe_psql('app', "INSERT INTO shop.orders VALUES ('$s3', 'o1', '10', 'n1'), ('$s3', 'o2', '20', 'n2')");
+$proxy->safe_psql('app', "SELECT idem_claim('k1', '\\x01', '30s', '$s3')");
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope', '--table', 'shop.notes:scope' ]);
+isnt($rc, 0, 'a move whose target table lacks a column of the source\'s is refused');
+like($out, qr/the target's table "shop"\."notes" lacks column author of the source's/, '... naming the column');
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p3_of_4'}), '0',
+	'... before anything is frozen');
+
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope' ]);
+like($out, qr/partition 3 of 4 moved: .*"shop"\."orders" 2/, 'partition 3 moved with its two orders');
+is($shards[0]->safe_psql('app', q{SELECT string_agg(concat_ws(' ', scope, id, amount, note, extra), ', ' ORDER BY id) FROM shop.orders}),
+	"$s3 o1 10 n1 d, $s3 o2 20 n2 d", '... each value in its column of the same name on shard 0');
 
 $_->stop for @proxies, @shards;
 done_testing();
