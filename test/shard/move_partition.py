@@ -25,6 +25,11 @@ While clients keep calling through the proxies:
               (--lock-retries, 4 more times); after the last try the script
               fails with nothing changed and names the sessions that hold
               locks on the tables (an idle-in-transaction writer, say).
+              The trigger functions run in every writer's session: their
+              schema idem_move is made by the mover, and one that exists
+              and is not the mover's or a superuser's (or a function in
+              it, or another role's right to create objects in it) is
+              refused.
               The outbox's fence is gentler to relays: a claim on the source
               skips the partition's messages (they are not handed out there
               again; the claim goes on with the shard's other messages),
@@ -98,6 +103,25 @@ OWN_TABLES = [("idempotency_records", "scope"), ("idem_inbox", "consumer"),
 # The outbox (SQL 0.2.0), and its sequences: fencing tokens and emit order.
 OUTBOX = ("idem_outbox", "scope")
 OUTBOX_SEQUENCES = ["idem_outbox_token", "idem_outbox_seq"]
+
+# The fence's functions run in every writer's session on the source: the
+# schema that holds them, and they, must be the mover's or a superuser's,
+# and no one else may create objects in it.  A schema of that name that
+# someone else made beforehand is refused, not trusted.
+UNTRUSTED = """
+SELECT format('schema idem_move is owned by %s', n.nspowner::regrole)
+  FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+ WHERE n.nspname = 'idem_move' AND NOT (r.rolsuper OR r.rolname = current_user)
+UNION ALL
+SELECT format('function %s is owned by %s', p.oid::regprocedure, p.proowner::regrole)
+  FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+ WHERE p.pronamespace = 'idem_move'::regnamespace AND NOT (r.rolsuper OR r.rolname = current_user)
+UNION ALL
+SELECT format('%s may create objects in schema idem_move',
+              CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END)
+  FROM pg_namespace n, aclexplode(n.nspacl) a
+ WHERE n.nspname = 'idem_move' AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+"""
 
 REFUSE = """
 CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
@@ -341,6 +365,12 @@ def main():
     # EXCLUSIVE and hold back the readers too).
     def freeze():
         src.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
+        untrusted = [r[0] for r in src.execute(UNTRUSTED).fetchall()]
+        if untrusted:
+            raise SystemExit("move_partition: the source's schema idem_move, which holds the"
+                             " fence's functions, is not only yours or a superuser's: %s."
+                             " Nothing was changed; drop it, or make it yours"
+                             % "; ".join(untrusted))
         src.execute(REFUSE)
         for table, column in tables:
             src.execute(sql.SQL(

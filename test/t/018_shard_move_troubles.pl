@@ -5,7 +5,8 @@
 # idle transaction's lock stalls other writers of the source for at most
 # its lock timeout, and gives up cleanly (no fence left) or succeeds once
 # the blocker ends.  Business tables are copied column by name, and a target
-# that lacks a column is refused.
+# that lacks a column is refused; a schema idem_move that is not the
+# mover's (or a superuser's) is refused.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
 # and python3-psycopg.
@@ -175,6 +176,22 @@ isnt($rc, 0, 'a move whose target table lacks a column of the source\'s is refus
 like($out, qr/the target's table "shop"\."notes" lacks column author of the source's/, '... naming the column');
 is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p3_of_4'}), '0',
 	'... before anything is frozen');
+
+# The fence's functions run in every writer's session: a schema idem_move
+# or a function in it that someone else owns is refused, not trusted.
+$shards[1]->safe_psql('app', q{CREATE ROLE mallory; ALTER SCHEMA idem_move OWNER TO mallory});
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope' ]);
+isnt($rc, 0, 'a move is refused when the source\'s schema idem_move belongs to another role');
+like($out, qr/schema idem_move is owned by mallory\. Nothing was changed/, '... saying whose it is');
+$shards[1]->safe_psql('app', q{ALTER SCHEMA idem_move OWNER TO postgres; ALTER FUNCTION idem_move.refuse() OWNER TO mallory});
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope' ]);
+like($out, qr/function idem_move\.refuse\(\) is owned by mallory/, '... or a function in it does');
+$shards[1]->safe_psql('app', q{ALTER FUNCTION idem_move.refuse() OWNER TO postgres; GRANT CREATE ON SCHEMA idem_move TO PUBLIC});
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope' ]);
+like($out, qr/PUBLIC may create objects in schema idem_move/, '... or anyone may create objects in it');
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p3_of_4'}), '0',
+	'... and nothing is frozen');
+$shards[1]->safe_psql('app', q{REVOKE CREATE ON SCHEMA idem_move FROM PUBLIC});
 
 ($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope' ]);
 like($out, qr/partition 3 of 4 moved: .*"shop"\."orders" 2/, 'partition 3 moved with its two orders');
