@@ -52,7 +52,8 @@ While clients keep calling through the proxies:
               messages keep their token and lease: the target's relays take
               them over when the lease runs out, with a larger token.  The
               target's relays are notified (NOTIFY idem_outbox).  The target
-              must hold no row of the partition yet.
+              must hold no row of the partition yet (but see the rerun
+              below).
   3. switch   every proxy's map: ALTER SERVER idempotency (through
               idem_router_set_partition); PL/Proxy reads it at the next call
               of every session.  Every proxy must be named (--proxy, once
@@ -73,9 +74,16 @@ While clients keep calling through the proxies:
               as after any take-over, which the consumer's inbox drops.
 
 The freeze window (from the fence's commit to the switch's) is printed.
-A failure before the switch leaves the partition frozen on the source and
-nothing switched: run again after fixing the cause (the target's partial
-copy was rolled back).
+A failure leaves the partition frozen on the source: run again after fixing
+the cause.  Before the copy committed, nothing is on the target (the copy
+was rolled back) and the rerun moves as the first run would; after it (the
+switch of a proxy failed, say), the rerun finds the source frozen for the partition and the target holding
+exactly its rows (the same count and the same digest of the rows, table by
+table), skips the copy and goes on with the switch of every proxy that has
+not switched and the cleanup.  A target holding rows of the partition in any
+other case is refused, as it is no copy of this move's.  (For the tests,
+IDEM_MOVE_TEST_FAIL=after-copy stops the run between the copy and the
+switch.)
 
   test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
       --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
@@ -91,6 +99,7 @@ new ones).
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -213,6 +222,19 @@ def columns_of(src, dst, tables):
                                 "them" if len(missing) > 1 else "it"))
         out.append((table, column, sql.SQL(", ").join(map(sql.Identifier, cols))))
     return out
+
+
+# Both ends render rows as the same text, for the digests below.
+SETTINGS = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres';"
+            " SET extra_float_digits = 3; SET bytea_output = 'hex'")
+
+
+def digest(conn, schema, table, column, cols, partition, partitions):
+    """(rows, md5 over the rows' md5s in order) of the partition's rows."""
+    return tuple(conn.execute(sql.SQL(
+        "SELECT count(*), coalesce(md5(string_agg(md5(r::text), '' ORDER BY md5(r::text))), '')"
+        "  FROM (SELECT {} FROM {} WHERE {}) r").format(
+            cols, table, in_partition(schema, column, partition, partitions))).fetchone())
 
 
 def in_partition(schema, column, partition, partitions, row=None):
@@ -346,6 +368,8 @@ def main():
 
     src = psycopg.connect(source, autocommit=True, application_name="idem-move")
     dst = psycopg.connect(a.to, autocommit=True, application_name="idem-move")
+    src.execute(SETTINGS)
+    dst.execute(SETTINGS)
     schema = ext_schema(src)
     if ext_schema(dst) != schema:
         raise SystemExit("move_partition: the extension is in another schema on the target")
@@ -359,6 +383,35 @@ def main():
     tables = tables_of(src, schema, a.table, outbox)
     columns = columns_of(src, dst, tables)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
+
+    # A rerun after a failure between the copy and the cleanup: the source
+    # frozen for the partition, the target holding exactly its rows (a copy
+    # is one transaction, and nothing writes them on either side since the
+    # freeze).  Anything else on the target is not ours to build on.
+    resume = False
+    held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+        table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
+        for table, column in tables}
+    if any(held.values()):
+        where = ", ".join("%s %d" % kv for kv in held.items() if kv[1])
+        fenced = src.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s AND tgrelid ="
+                             " ANY (%s::regclass[])",
+                             (name, [t.as_string(src) for t, _ in tables])).fetchone()[0]
+        if fenced < len(tables):
+            raise SystemExit("move_partition: the target holds rows of partition %d already (%s),"
+                             " and the partition is not frozen on the source: not the copy of an"
+                             " interrupted move; nothing was changed" % (a.partition, where))
+        differ = [table.as_string(dst) for table, column, cols in columns
+                  if digest(src, schema, table, column, cols, a.partition, partitions)
+                  != digest(dst, schema, table, column, cols, a.partition, partitions)]
+        if differ:
+            raise SystemExit("move_partition: the target holds rows of partition %d already (%s)"
+                             " that differ from the source's in %s: not the copy of an"
+                             " interrupted move; nothing was changed"
+                             % (a.partition, where, ", ".join(differ)))
+        resume = True
+        print("move_partition: resuming: partition %d is frozen on the source and the target holds"
+              " the same rows (%s): the copy is skipped" % (a.partition, where), flush=True)
 
     # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
     # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
@@ -382,7 +435,8 @@ def main():
                     sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
                     sql.Literal(column)))
     started = time.monotonic()
-    with_lock_timeout(src, a, "the freeze on the source", tables, freeze)
+    if not resume:
+        with_lock_timeout(src, a, "the freeze on the source", tables, freeze)
     frozen = time.monotonic()
 
     # 2. copy, and the unfreeze on the target, in one transaction there
@@ -426,7 +480,13 @@ def main():
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
 
-    with_lock_timeout(dst, a, "the copy to the target", tables, copy)
+    if resume:
+        copied = held
+    else:
+        with_lock_timeout(dst, a, "the copy to the target", tables, copy)
+    if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-copy":
+        raise SystemExit("move_partition: stopped between the copy and the switch"
+                         " (IDEM_MOVE_TEST_FAIL=after-copy, for the tests): run again to resume")
 
     # 3. switch every proxy (before the cleanup: a proxy left behind would
     # send reads, which the fence does not refuse, to the emptied source)

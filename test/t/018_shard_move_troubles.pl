@@ -6,7 +6,9 @@
 # its lock timeout, and gives up cleanly (no fence left) or succeeds once
 # the blocker ends.  Business tables are copied column by name, and a target
 # that lacks a column is refused; a schema idem_move that is not the
-# mover's (or a superuser's) is refused.
+# mover's (or a superuser's) is refused.  A move that stopped between its
+# copy and its switch resumes when run again, unless the target's rows are
+# not the source's.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
 # and python3-psycopg.
@@ -197,6 +199,48 @@ $shards[1]->safe_psql('app', q{REVOKE CREATE ON SCHEMA idem_move FROM PUBLIC});
 like($out, qr/partition 3 of 4 moved: .*"shop"\."orders" 2/, 'partition 3 moved with its two orders');
 is($shards[0]->safe_psql('app', q{SELECT string_agg(concat_ws(' ', scope, id, amount, note, extra), ', ' ORDER BY id) FROM shop.orders}),
 	"$s3 o1 10 n1 d, $s3 o2 20 n2 d", '... each value in its column of the same name on shard 0');
+
+# A move that failed between its copy and its switch resumes: the rerun
+# finds partition 0 frozen on shard 0 and shard 1 holding the same rows,
+# skips the copy, switches both proxies and cleans up.
+my $p0_records = $shards[0]->safe_psql('app',
+	q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0});
+{
+	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-copy';
+	($rc, $out) = move(partition => 0, to => $dsn[1]);
+}
+isnt($rc, 0, 'a move of partition 0 stopped between its copy and its switch');
+like($out, qr/stopped between the copy and the switch/, '... as the test asked');
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0}),
+	$p0_records, "... after the copy of the partition's $p0_records records committed");
+is(map_of($proxy, 0), $dsn[0], '... and before the switch');
+($o, $e) = ('', '');
+$shards[0]->psql('app', "\\set VERBOSITY verbose\nSELECT idem_claim('k9', '\\x01', '30s', '$s0')",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  40001: partition 0 of 4 has moved/, '... so the partition is frozen on shard 0');
+($rc, $out) = move(partition => 0, to => $dsn[1]);
+is($rc, 0, 'the rerun of the move succeeds');
+like($out, qr/resuming: partition 0 is frozen on the source and the target holds the same rows .*the copy is skipped.*partition 0 of 4 moved: .*idempotency_records" $p0_records\b/s,
+	'... skipping the copy, which the first run made');
+is(map_of($_, 0), $dsn[1], '... ' . $_->name . ' points partition 0 at shard 1') for @proxies;
+is($shards[0]->safe_psql('app', q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0}),
+	'0', '... and shard 0 holds none of its records any more');
+is($proxy->safe_psql('app', "SELECT status FROM idem_lookup('other', '$s0')"), 'processing',
+	'... which a lookup through the proxy finds on shard 1');
+
+# Rows on the target that are not the source's are no copy to build on:
+# partition 1 stops after its copy, then a copied record changes on shard 1.
+{
+	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-copy';
+	($rc, $out) = move(partition => 1, to => $dsn[1]);
+}
+like($out, qr/stopped between the copy and the switch/, 'a move of partition 1 stopped after its copy');
+$shards[1]->safe_psql('app', "UPDATE idempotency_records SET result = '{\"k\": 99}' WHERE scope = '$s1' AND key = 'k2'");
+($rc, $out) = move(partition => 1, to => $dsn[1]);
+isnt($rc, 0, '... and after a copied row changed on the target, the rerun is refused');
+like($out, qr/the target holds rows of partition 1 already .* that differ from the source's in "public"\."idempotency_records"/,
+	'... saying which table differs');
+is(map_of($proxy, 1), $dsn[0], '... and nothing is switched');
 
 $_->stop for @proxies, @shards;
 done_testing();
