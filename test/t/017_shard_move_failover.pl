@@ -9,7 +9,12 @@
 #     read-write).
 # The checker's properties must hold: no acknowledged result lost (P2), no
 # key on two shards (P7), no stale token completing (P4), every ambiguous
-# call decided.  Then, without load, a partition moved while its key is
+# call decided.  The move must have copied records and business rows
+# written under load, and the proxy must have served shard 0 after the
+# promotion (records written there soon after it, a share of the load, and
+# few calls failed on the shard side), which the properties alone do not
+# show: a proxy that never reached the new primary fails its calls there
+# without violating any.  Then, without load, a partition moved while its key is
 # owned: the old shard has nothing left to complete (IK004) and refuses new
 # claims of the partition (40001), the record moved with its token, and
 # after a takeover on the new shard the old token stays refused (IK002).
@@ -105,6 +110,10 @@ like($moved, qr/partition 1 of 16 moved: .*idempotency_records" \d+.*; freeze wi
 	'a partition moved from shard 1 to shard 2 while the checker ran');
 my ($window) = $moved =~ /freeze window (\d+) ms/;
 note("freeze window: $window ms");
+my ($copied_records) = $moved =~ /idempotency_records" (\d+)/;
+my ($copied_business) = $moved =~ /jepsen_business" (\d+)/;
+cmp_ok($copied_records // 0, '>', 0, "... copying the partition's records written under load ($copied_records)");
+cmp_ok($copied_business // 0, '>', 0, "... and its business rows ($copied_business)");
 is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHERE partition = $partition"),
 	$map{2}, '... the proxy\'s map points at shard 2');
 
@@ -112,6 +121,7 @@ is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHE
 sleep(4);
 $primary->stop('immediate');
 $standby->promote;
+my $promoted_at = $standby->safe_psql('postgres', 'SELECT clock_timestamp()');
 pass('shard 0\'s primary stopped, its standby promoted, while the checker ran');
 
 $run->finish;
@@ -129,6 +139,24 @@ ok($standby->safe_psql('jepsen', q{SELECT count(*) FROM idempotency_records}) > 
 is($shards[1]->safe_psql('jepsen',
 		"SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 15) = $partition"),
 	'0', 'the moved partition\'s records are gone from shard 1');
+# The proxy served shard 0 after the promotion: the checker's calls wrote
+# records there soon after it, not only the other shards' (a proxy that
+# never reached the new primary would count its calls to shard 0 as failed
+# on the shard side and still pass the properties).
+my $after = "updated_at > '$promoted_at'";
+my ($served, $first) = split /\|/, $standby->safe_psql('jepsen',
+	"SELECT count(*), coalesce(extract(epoch FROM min(updated_at) - '$promoted_at'), -1) FROM idempotency_records WHERE $after");
+my $elsewhere = 0;
+$elsewhere += $shards[$_]->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE $after") for 1 .. 3;
+my ($requests) = $out =~ /requests (\d+):/;
+my ($remote) = $out =~ /(\d+) calls failed on the shard side/;
+note(sprintf('after the promotion: %d records written on shard 0 (the first after %.2f s), %d on shards 1 to 3;'
+	  . ' %d of %d calls failed on the shard side', $served, $first, $elsewhere, $remote // -1, $requests // -1));
+cmp_ok($served, '>', 0, 'the checker\'s calls through the proxy wrote records on shard 0 after its promotion');
+ok($first >= 0 && $first < 10, '... the first within 10 s of it');
+cmp_ok($served * 8, '>', $elsewhere, '... and shard 0 took a share of the load (it has a quarter of the partitions), not a trickle');
+ok(defined $remote && $remote * 20 < $requests,
+	'... so the calls that failed on the shard side (' . ($remote // '?') . ') are few (under 5% of the requests)');
 
 # Fencing across a move, without load: an owner of a key of partition 5
 # (shard 1), a move to shard 3 while it works.
