@@ -79,11 +79,13 @@ the cause.  Before the copy committed, nothing is on the target (the copy
 was rolled back) and the rerun moves as the first run would; after it (the
 switch of a proxy failed, say), the rerun finds the source frozen for the partition and the target holding
 exactly its rows (the same count and the same digest of the rows, table by
-table), skips the copy and goes on with the switch of every proxy that has
-not switched and the cleanup.  A target holding rows of the partition in any
-other case is refused, as it is no copy of this move's.  (For the tests,
+table) or, if a proxy points at the target already, the partition's rows as
+its shard (its callers may have changed them since), skips the copy and
+goes on with the switch of every proxy that has not switched and the
+cleanup.  A target holding rows of the partition in any other case is
+refused, as it is no copy of this move's.  (For the tests,
 IDEM_MOVE_TEST_FAIL=after-copy stops the run between the copy and the
-switch.)
+switch, IDEM_MOVE_TEST_FAIL=after-first-switch after one proxy's switch.)
 
   test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
       --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
@@ -385,24 +387,31 @@ def main():
     outbox_table = sql.Identifier(schema, OUTBOX[0])
 
     # A rerun after a failure between the copy and the cleanup: the source
-    # frozen for the partition, the target holding exactly its rows (a copy
-    # is one transaction, and nothing writes them on either side since the
-    # freeze).  Anything else on the target is not ours to build on.
+    # frozen for the partition, and the target holding exactly its rows (a
+    # copy is one transaction, and nothing writes them on either side since
+    # the freeze) or, once a proxy points at the target (the switch of
+    # another failed), the partition's shard already, whose rows its
+    # callers may have changed since.  Anything else on the target is not
+    # ours to build on.
     resume = False
+    switched_one = a.to in entries
     held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
         table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
         for table, column in tables}
-    if any(held.values()):
+    if any(held.values()) or switched_one:
         where = ", ".join("%s %d" % kv for kv in held.items() if kv[1])
         fenced = src.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s AND tgrelid ="
                              " ANY (%s::regclass[])",
                              (name, [t.as_string(src) for t, _ in tables])).fetchone()[0]
         if fenced < len(tables):
-            raise SystemExit("move_partition: the target holds rows of partition %d already (%s),"
-                             " and the partition is not frozen on the source: not the copy of an"
-                             " interrupted move; nothing was changed" % (a.partition, where))
+            raise SystemExit("move_partition: %s, and the partition is not frozen on the source:"
+                             " not an interrupted move; nothing was changed"
+                             % ("the target holds rows of partition %d already (%s)"
+                                % (a.partition, where) if where else
+                                "a proxy points partition %d at the target already" % a.partition))
         differ = [table.as_string(dst) for table, column, cols in columns
-                  if digest(src, schema, table, column, cols, a.partition, partitions)
+                  if not switched_one
+                  and digest(src, schema, table, column, cols, a.partition, partitions)
                   != digest(dst, schema, table, column, cols, a.partition, partitions)]
         if differ:
             raise SystemExit("move_partition: the target holds rows of partition %d already (%s)"
@@ -410,8 +419,9 @@ def main():
                              " interrupted move; nothing was changed"
                              % (a.partition, where, ", ".join(differ)))
         resume = True
-        print("move_partition: resuming: partition %d is frozen on the source and the target holds"
-              " the same rows (%s): the copy is skipped" % (a.partition, where), flush=True)
+        print("move_partition: resuming: partition %d is frozen on the source and %s: the copy"
+              " is skipped" % (a.partition, "a proxy points at the target already" if switched_one
+                               else "the target holds the same rows (%s)" % where), flush=True)
 
     # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
     # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
@@ -494,6 +504,10 @@ def main():
         if m[a.partition] != a.to:
             proxy.execute("SELECT idem_router_set_partition(%s, %s, new_shard => %s)",
                           (a.partition, a.to, a.to not in m.values()))
+            if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-first-switch":
+                raise SystemExit("move_partition: stopped after the switch of one proxy"
+                                 " (IDEM_MOVE_TEST_FAIL=after-first-switch, for the tests):"
+                                 " run again to resume")
     switched = time.monotonic()
 
     # 4. clean up the source (the fence stays)

@@ -8,7 +8,7 @@
 # that lacks a column is refused; a schema idem_move that is not the
 # mover's (or a superuser's) is refused.  A move that stopped between its
 # copy and its switch resumes when run again, unless the target's rows are
-# not the source's.
+# not the source's; one that stopped after one proxy's switch resumes too.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
 # and python3-psycopg.
@@ -241,6 +241,24 @@ isnt($rc, 0, '... and after a copied row changed on the target, the rerun is ref
 like($out, qr/the target holds rows of partition 1 already .* that differ from the source's in "public"\."idempotency_records"/,
 	'... saying which table differs');
 is(map_of($proxy, 1), $dsn[0], '... and nothing is switched');
+
+# A move that stopped after one proxy's switch resumes too, although the
+# target has taken writes through that proxy since.
+{
+	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-first-switch';
+	($rc, $out) = move(partition => 3, to => $dsn[1]);
+}
+like($out, qr/stopped after the switch of one proxy/, 'a move of partition 3 stopped after one proxy\'s switch');
+is(map_of($proxies[0], 3) . ' ' . map_of($proxies[1], 3), "$dsn[1] $dsn[0]", '... proxy1 switched, proxy2 not');
+is($proxies[0]->safe_psql('app', "SELECT outcome FROM idem_claim('late', '\\x01', '30s', '$s3')"), 'new',
+	'... and a claim through proxy1 is served by the target');
+($rc, $out) = move(partition => 3, to => $dsn[1]);
+is($rc, 0, 'the rerun succeeds');
+like($out, qr/resuming: partition 3 is frozen on the source and a proxy points at the target already/,
+	'... resuming: the target is the partition\'s shard already');
+is(map_of($proxies[1], 3), $dsn[1], '... and proxy2 is switched');
+is($proxies[1]->safe_psql('app', "SELECT status FROM idem_lookup('late', '$s3')"), 'processing',
+	'... so a lookup through proxy2 finds the claim made through proxy1');
 
 $_->stop for @proxies, @shards;
 done_testing();
