@@ -517,9 +517,10 @@ def main():
             deleted += src.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).rowcount
     print("move_partition: partition %d of %d moved: %s; freeze window %.0f ms (fence %.0f ms,"
-          " copy and switch %.0f ms); %d rows deleted on the source"
+          " copy and switch %.0f ms%s); %d rows deleted on the source"
           % (a.partition, partitions, ", ".join("%s %d" % kv for kv in copied.items()),
              (switched - frozen) * 1000, (frozen - started) * 1000, (switched - frozen) * 1000,
+             "; this run's part only: the freeze began in an earlier run" if resume else "",
              deleted), flush=True)
     return 0
 
