@@ -212,33 +212,46 @@ $$;
 COMMENT ON FUNCTION @extschema@.idem_router_configure(text[], integer) IS
     'create the PL/Proxy cluster "idempotency" (a foreign server) with the partitions spread over the shards';
 
--- Point one partition at another shard (the last step of a move).
-CREATE FUNCTION @extschema@.idem_router_set_partition(partition integer, connstr text)
+-- Point one partition at another shard (the last step of a move).  A shard
+-- the map does not hold yet (growing onto a new node) must be asked for
+-- with new_shard => true: PL/Proxy tells shards apart only by the string, so
+-- the caller vouches that it names another server or database than every
+-- shard of the map (test/shard/move_partition.py --new-shard checks that).
+CREATE FUNCTION @extschema@.idem_router_set_partition(partition integer, connstr text,
+                                                      new_shard boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    known boolean;
 BEGIN
-    IF partition IS NULL OR connstr IS NULL OR connstr = '' THEN
-        RAISE EXCEPTION 'partition and connection string must not be null or empty'
+    IF partition IS NULL OR connstr IS NULL OR connstr = '' OR new_shard IS NULL THEN
+        RAISE EXCEPTION 'partition, connection string and new_shard must not be null or empty'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
     IF NOT EXISTS (SELECT 1 FROM @extschema@.idem_router_partitions() p WHERE p.partition = idem_router_set_partition.partition) THEN
         RAISE EXCEPTION 'PL/Proxy cluster "idempotency" has no partition %', partition
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM @extschema@.idem_router_partitions() p WHERE p.connstr = idem_router_set_partition.connstr) THEN
+    known := EXISTS (SELECT 1 FROM @extschema@.idem_router_partitions() p WHERE p.connstr = idem_router_set_partition.connstr);
+    IF NOT known AND NOT new_shard THEN
         RAISE EXCEPTION 'connection string is not one of the cluster''s shards'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = 'PL/Proxy runs a call once per distinct connection string, so each shard must be written exactly as in the other partitions.',
-                  HINT = 'Copy it from idem_router_partitions(); a new shard is added with ALTER SERVER idempotency.';
+                  HINT = 'Copy it from idem_router_partitions(), or pass new_shard => true for a shard the map does not hold yet.';
+    END IF;
+    IF known AND new_shard THEN
+        RAISE EXCEPTION 'connection string is one of the cluster''s shards already'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Leave new_shard false to point the partition at a shard of the map.';
     END IF;
     EXECUTE format('ALTER SERVER idempotency OPTIONS (SET p%s %L)', partition, connstr);
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.idem_router_set_partition(integer, text) IS
-    'point a partition of the PL/Proxy cluster "idempotency" at another of its shards';
+COMMENT ON FUNCTION @extschema@.idem_router_set_partition(integer, text, boolean) IS
+    'point a partition of the PL/Proxy cluster "idempotency" at another of its shards, or (new_shard) at a shard it does not hold yet';
 
 /*
  * Fingerprints, computed here as the C library computes them: SHA-256 of the
@@ -763,7 +776,7 @@ COMMENT ON FUNCTION @extschema@.idem_proxy_function(text, text, boolean) IS
  */
 REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_router_configure(text[], integer),
-    @extschema@.idem_router_set_partition(integer, text),
+    @extschema@.idem_router_set_partition(integer, text, boolean),
     @extschema@.idem_request_fingerprint(text, text, jsonb, text[]),
     @extschema@.idem_inbox_seq(bigint, integer),
     @extschema@.idem_claim(text, bytea, interval, text, interval, boolean),

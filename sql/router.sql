@@ -67,14 +67,19 @@ SELECT s.scope, router.idem_router_partition(s.scope) AS partition,
        router.idem_router_partition(s.scope) = public.idem_route_hash(s.scope) & 15 AS low_bits
 FROM (VALUES ('t1'), ('t1/orders'), ('tenant-42'), ('')) s(scope);
 
--- Moving a partition: to one of the shards only, written as in the map.
+-- Moving a partition: to one of the shards, written as in the map, or to a
+-- new one with new_shard.
 SELECT router.idem_router_set_partition(16, 'dbname=s1');
 SELECT router.idem_router_set_partition(NULL, 'dbname=s1');
 SELECT router.idem_router_set_partition(5, '');
 SELECT router.idem_router_set_partition(5, 'dbname=s9');
 SELECT router.idem_router_set_partition(5, 'dbname=s1 ');
 SELECT router.idem_router_set_partition(5, 'dbname=s2');
-SELECT partition, connstr FROM router.idem_router_partitions() WHERE partition IN (4, 5, 6);
+SELECT router.idem_router_set_partition(5, 'dbname=s2', NULL);
+-- A shard the map does not hold yet: only when asked for.
+SELECT router.idem_router_set_partition(6, 'dbname=s4', new_shard => true);
+SELECT router.idem_router_set_partition(7, 'dbname=s4', new_shard => true);
+SELECT partition, connstr FROM router.idem_router_partitions() WHERE partition IN (4, 5, 6, 7);
 
 -- A relay through the proxy names its shard as in the map; the call runs on
 -- the shard's lowest partition.

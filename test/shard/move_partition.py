@@ -2,10 +2,16 @@
 """Move one partition of a sharded deployment to another shard (issue 16,
 README "Scaling out", "Moving a partition").
 
-The partition map is the proxy's (the foreign server "idempotency" of
-idempotency_router); the source is the shard the partition is on now, the
-target another shard of the map.  While clients keep calling through the
-proxy:
+The partition map is the proxies' (the foreign server "idempotency" of
+idempotency_router, the same on every proxy); the source is the shard the
+partition is on now, the target another shard of the map, or with
+--new-shard a shard the map does not hold yet (a new node, set up as the
+others: the extension at the source's version in the same schema, the
+business tables and functions, the grants).  A new shard is first checked
+not to be a shard of the map under another spelling: its system
+identifier, port, data directory and database must not all equal one
+shard's (PL/Proxy tells shards apart by the connection string only).
+While clients keep calling through the proxies:
 
   1. freeze   on the source, in one transaction: a trigger per table that
               refuses every INSERT and UPDATE of a row of the partition
@@ -13,7 +19,17 @@ proxy:
               which runs on the target once the map is switched).  Creating
               it waits for the transactions that are writing those tables and
               holds back new writers for that moment, so once it commits no
-              key of the partition changes on the source any more.
+              key of the partition changes on the source any more.  The wait
+              is bounded: at most --lock-timeout (2s) for each lock, then the
+              transaction rolls back and, after a growing pause, tries again
+              (--lock-retries, 4 more times); after the last try the script
+              fails with nothing changed and names the sessions that hold
+              locks on the tables (an idle-in-transaction writer, say).
+              The trigger functions run in every writer's session: their
+              schema idem_move is made by the mover, and one that exists
+              and is not the mover's or a superuser's (or a function in
+              it, or another role's right to create objects in it) is
+              refused.
               The outbox's fence is gentler to relays: a claim on the source
               skips the partition's messages (they are not handed out there
               again; the claim goes on with the shard's other messages),
@@ -22,8 +38,11 @@ proxy:
   2. copy     the partition's rows of every table (the records, the inbox,
               the inbox streams, the outbox in every status, and the
               business tables named with --table) to the target in one
-              transaction, with the target's token epoch raised to the
-              source's (tokens of keys the target claims anew stay above
+              transaction, column by name (the source's columns; the
+              target's table must have each of them, in any order, and may
+              have more, which get their defaults), with the target's
+              token epoch raised to the source's (tokens of keys the
+              target claims anew stay above
               every token the source issued), the target's outbox sequences
               raised to the source's (a claim there draws a fencing token
               above every token the source's relays hold, and a message
@@ -33,15 +52,19 @@ proxy:
               messages keep their token and lease: the target's relays take
               them over when the lease runs out, with a larger token.  The
               target's relays are notified (NOTIFY idem_outbox).  The target
-              must hold no row of the partition yet.
-  3. switch   the proxy's map: ALTER SERVER idempotency (through
+              must hold no row of the partition yet (but see the rerun
+              below).
+  3. switch   every proxy's map: ALTER SERVER idempotency (through
               idem_router_set_partition); PL/Proxy reads it at the next call
-              of every session.
+              of every session.  Every proxy must be named (--proxy, once
+              each): the fence refuses writes only, so a proxy left behind
+              would send reads (idem_lookup, idem_await) to the source, which
+              answers "nothing" after the cleanup.
   4. clean    delete the partition's rows on the source.  The fence stays:
-              a caller that still routes to the source (another proxy that
-              has not switched) is refused, never served from stale rows,
-              so no key is ever claimed on two shards and a stale owner
-              can complete nothing there.  Tokens stay fenced: a record
+              a write that still reaches the source (a stale owner on the
+              shard directly, a proxy left unnamed) is refused, so no key
+              is ever claimed on two shards and a stale owner can complete
+              nothing there (reads are not fenced: see step 3).  Tokens stay fenced: a record
               moves with its token, and on the target an owner call matches
               only that token.  The source's outbox keeps no copy of a
               moved message, so its relays cannot publish one again; a
@@ -51,22 +74,34 @@ proxy:
               as after any take-over, which the consumer's inbox drops.
 
 The freeze window (from the fence's commit to the switch's) is printed.
-A failure before the switch leaves the partition frozen on the source and
-nothing switched: run again after fixing the cause (the target's partial
-copy was rolled back).
+A failure leaves the partition frozen on the source: run again after fixing
+the cause.  Before the copy committed, nothing is on the target (the copy
+was rolled back) and the rerun moves as the first run would; after it (the
+switch of a proxy failed, say), the rerun finds the source frozen for the partition and the target holding
+exactly its rows (the same count and the same digest of the rows, table by
+table) or, if a proxy points at the target already, the partition's rows as
+its shard (its callers may have changed them since), skips the copy and
+goes on with the switch of every proxy that has not switched and the
+cleanup.  A target holding rows of the partition in any other case is
+refused, as it is no copy of this move's.  (For the tests,
+IDEM_MOVE_TEST_FAIL=after-copy stops the run between the copy and the
+switch, IDEM_MOVE_TEST_FAIL=after-first-switch after one proxy's switch.)
 
-  test/shard/move_partition.py --proxy DSN --partition N --to SHARD
-      [--table TABLE:SCOPE_COLUMN ...]
+  test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
+      --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
+      [--lock-timeout 2s] [--lock-retries 4]
 
 SHARD is a connection string exactly as in the map (idem_router_partitions()
-on the proxy).  The shards' connection strings are used as they are, with
-the user of the environment (PGUSER); the script needs superuser rights on
+on the proxy), or the new shard's as it will be written there.  The shards'
+connection strings are used as they are, with the user of the environment
+(PGUSER); the script needs superuser rights on
 the shards (triggers on the extension's tables, session_replication_role
 for the copy, which keeps the records' triggers from judging copied rows as
 new ones).
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -80,8 +115,26 @@ OWN_TABLES = [("idempotency_records", "scope"), ("idem_inbox", "consumer"),
 OUTBOX = ("idem_outbox", "scope")
 OUTBOX_SEQUENCES = ["idem_outbox_token", "idem_outbox_seq"]
 
+# The fence's functions run in every writer's session on the source: the
+# schema that holds them, and they, must be the mover's or a superuser's,
+# and no one else may create objects in it.  A schema of that name that
+# someone else made beforehand is refused, not trusted.
+UNTRUSTED = """
+SELECT format('schema idem_move is owned by %s', n.nspowner::regrole)
+  FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+ WHERE n.nspname = 'idem_move' AND NOT (r.rolsuper OR r.rolname = current_user)
+UNION ALL
+SELECT format('function %s is owned by %s', p.oid::regprocedure, p.proowner::regrole)
+  FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+ WHERE p.pronamespace = 'idem_move'::regnamespace AND NOT (r.rolsuper OR r.rolname = current_user)
+UNION ALL
+SELECT format('%s may create objects in schema idem_move',
+              CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END)
+  FROM pg_namespace n, aclexplode(n.nspacl) a
+ WHERE n.nspname = 'idem_move' AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+"""
+
 REFUSE = """
-CREATE SCHEMA IF NOT EXISTS idem_move;
 CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -115,8 +168,13 @@ def ext_schema(conn):
     row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
                        " WHERE extname = 'idempotency'").fetchone()
     if row is None:
-        raise SystemExit("move_partition: no extension idempotency on a shard")
+        raise SystemExit("move_partition: no extension idempotency on shard %r"
+                         % conn.info.dsn)
     return row[0]
+
+
+def ext_version(conn):
+    return conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'idempotency'").fetchone()[0]
 
 
 def has_outbox(conn, schema):
@@ -142,6 +200,45 @@ def tables_of(conn, schema, extra, outbox):
     return out
 
 
+COLUMNS = ("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+           " AND NOT attisdropped AND attgenerated = '' ORDER BY attnum")
+
+
+def columns_of(src, dst, tables):
+    """Each table's columns on the source, by name (a COPY without a column
+    list would pair them by position: a business table created with its
+    columns in another order on the target would get its values in the
+    wrong columns).  The target must have every one of them."""
+    out = []
+    for table, column in tables:
+        name = table.as_string(src)
+        cols = [r[0] for r in src.execute(COLUMNS, (name,)).fetchall()]
+        if dst.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is None:
+            raise SystemExit("move_partition: no table %s on the target" % name)
+        theirs = {r[0] for r in dst.execute(COLUMNS, (name,)).fetchall()}
+        missing = [c for c in cols if c not in theirs]
+        if missing:
+            raise SystemExit("move_partition: the target's table %s lacks column%s %s of the"
+                             " source's: add %s there first"
+                             % (name, "s" if len(missing) > 1 else "", ", ".join(missing),
+                                "them" if len(missing) > 1 else "it"))
+        out.append((table, column, sql.SQL(", ").join(map(sql.Identifier, cols))))
+    return out
+
+
+# Both ends render rows as the same text, for the digests below.
+SETTINGS = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres';"
+            " SET extra_float_digits = 3; SET bytea_output = 'hex'")
+
+
+def digest(conn, schema, table, column, cols, partition, partitions):
+    """(rows, md5 over the rows' md5s in order) of the partition's rows."""
+    return tuple(conn.execute(sql.SQL(
+        "SELECT count(*), coalesce(md5(string_agg(md5(r::text), '' ORDER BY md5(r::text))), '')"
+        "  FROM (SELECT {} FROM {} WHERE {}) r").format(
+            cols, table, in_partition(schema, column, partition, partitions))).fetchone())
+
+
 def in_partition(schema, column, partition, partitions, row=None):
     """The condition of a row of the partition (of the trigger's row NEW)."""
     col = sql.Identifier(row, column) if row else sql.Identifier(column)
@@ -149,61 +246,218 @@ def in_partition(schema, column, partition, partitions, row=None):
         sql.Identifier(schema), col, sql.Literal(partitions - 1), sql.Literal(partition))
 
 
+def blockers(conn, tables):
+    """The sessions holding a lock on one of the tables, for the message of
+    a freeze that could not take its locks."""
+    return conn.execute(
+        "SELECT string_agg(format('pid %%s (%%s, %%s, since %%s)', a.pid, a.usename, a.state,"
+        "                         date_trunc('second', a.xact_start)), ', ' ORDER BY a.pid)"
+        "  FROM pg_stat_activity a"
+        " WHERE a.pid <> pg_backend_pid() AND a.pid IN (SELECT l.pid FROM pg_locks l"
+        "   WHERE l.granted AND l.database = (SELECT oid FROM pg_database"
+        "                                      WHERE datname = current_database())"
+        "     AND l.relation = ANY (%s::regclass[]))",
+        ([t.as_string(conn) for t, _ in tables],)).fetchone()[0]
+
+
+def with_lock_timeout(conn, a, what, tables, work):
+    """Run work() in one transaction of conn under lock_timeout, again after
+    a back-off when a lock is not granted in time: a DDL lock (CREATE
+    TRIGGER's, DROP TRIGGER's) waits for every open writer of its table,
+    an idle-in-transaction one too, and every later writer of the table
+    queues behind it, so an unbounded wait would stall the whole shard.
+    Each try rolls back whole: after the last, nothing was changed."""
+    for attempt in range(1, a.lock_retries + 2):
+        try:
+            with conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (a.lock_timeout,))
+                return work()
+        except psycopg.errors.LockNotAvailable:
+            held = blockers(conn, tables) or "none now"
+            if attempt > a.lock_retries:
+                raise SystemExit("move_partition: %s: no lock within lock_timeout %s in %d tries;"
+                                 " nothing was changed there (the transaction rolled back)."
+                                 " Sessions holding locks on the tables: %s. End them, or run"
+                                 " again at a quieter time" % (what, a.lock_timeout, attempt, held))
+            delay = min(0.5 * 2 ** (attempt - 1), 8.0)
+            print("move_partition: %s: no lock within lock_timeout %s (try %d of %d; held by %s);"
+                  " again in %.1f s" % (what, a.lock_timeout, attempt, a.lock_retries + 1, held,
+                                        delay), flush=True)
+            time.sleep(delay)
+
+
+IDENTITY = ("SELECT (SELECT system_identifier FROM pg_control_system()), current_setting('port'),"
+            " current_setting('data_directory'), current_database()")
+
+
+def read_maps(proxies):
+    """Each proxy's partition map, as {partition: connstr}; they must have
+    the same number of partitions."""
+    maps = [dict(c.execute("SELECT partition, connstr FROM idem_router_partitions()").fetchall())
+            for c in proxies]
+    if len({len(m) for m in maps}) != 1 or not maps[0]:
+        raise SystemExit("move_partition: the proxies' maps differ in their number of partitions"
+                         " (or one has none): %s" % ", ".join(str(len(m)) for m in maps))
+    return maps
+
+
+def check_new_shard(target, maps):
+    """A new shard must be another server or database than every shard of
+    the maps, however its connection string is spelled: PL/Proxy tells
+    shards apart by the string only, so one shard under two spellings would
+    hold partitions under two names (and RUN ON ALL would count it twice)."""
+    with psycopg.connect(target, autocommit=True, application_name="idem-move") as c:
+        mine = c.execute(IDENTITY).fetchone()
+    for shard in sorted({v for m in maps for v in m.values() if v != target}):
+        try:
+            with psycopg.connect(shard, autocommit=True, connect_timeout=10,
+                                 application_name="idem-move") as c:
+                theirs = c.execute(IDENTITY).fetchone()
+        except psycopg.Error as e:
+            raise SystemExit("move_partition: cannot check that the new shard is not shard %r of"
+                             " the map: %s" % (shard, str(e).strip()))
+        if theirs == mine:
+            raise SystemExit("move_partition: the new shard %r is shard %r of the map, spelled"
+                             " differently (the same system identifier, port, data directory and"
+                             " database): name it as in the map, without --new-shard"
+                             % (target, shard))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--proxy", required=True, help="libpq connection string of the proxy database")
+    p.add_argument("--proxy", required=True, action="append",
+                   help="libpq connection string of a proxy database; give every proxy, each"
+                        " with its own --proxy")
     p.add_argument("--partition", type=int, required=True)
     p.add_argument("--to", required=True, help="the target shard, as in the partition map")
+    p.add_argument("--new-shard", action="store_true",
+                   help="the target is a shard the map does not hold yet")
     p.add_argument("--table", action="append", default=[],
                    help="a business table and its routing column, TABLE:SCOPE_COLUMN")
+    p.add_argument("--lock-timeout", default="2s",
+                   help="how long the freeze (and the copy's unfreeze) waits for each lock"
+                        " before it rolls back and tries again (default 2s)")
+    p.add_argument("--lock-retries", type=int, default=4,
+                   help="how many times it tries again, with a growing pause (default 4)")
     a = p.parse_args()
 
-    proxy = psycopg.connect(a.proxy, autocommit=True)
-    rows = proxy.execute("SELECT partition, connstr FROM idem_router_partitions()").fetchall()
-    partitions = len(rows)
-    source = dict(rows).get(a.partition)
-    if source is None:
+    proxies = [psycopg.connect(d, autocommit=True, application_name="idem-move") for d in a.proxy]
+    maps = read_maps(proxies)
+    partitions = len(maps[0])
+    entries = [m.get(a.partition) for m in maps]
+    if None in entries:
         raise SystemExit("move_partition: the map has no partition %d" % a.partition)
-    if a.to not in dict(rows).values():
-        raise SystemExit("move_partition: %r is not a shard of the map" % a.to)
-    if a.to == source:
+    # A proxy may point at the target already (an earlier run switched it).
+    sources = set(entries) - {a.to}
+    if not sources:
         raise SystemExit("move_partition: partition %d is on that shard already" % a.partition)
+    if len(sources) > 1:
+        raise SystemExit("move_partition: the proxies disagree on the shard of partition %d: %s"
+                         % (a.partition, ", ".join(sorted(sources))))
+    source = sources.pop()
+    # The target as a shard of a map, other than as this partition's entry.
+    known = any(v == a.to for m in maps for k, v in m.items() if k != a.partition)
+    if a.new_shard and known:
+        raise SystemExit("move_partition: %r is a shard of the map already: leave out --new-shard"
+                         % a.to)
+    if not a.new_shard and not known:
+        raise SystemExit("move_partition: %r is not a shard of the map (name it as in"
+                         " idem_router_partitions(), or pass --new-shard to grow onto a new shard)"
+                         % a.to)
+    if a.new_shard:
+        check_new_shard(a.to, maps)
     name = fence_name(a.partition, partitions)
 
     src = psycopg.connect(source, autocommit=True, application_name="idem-move")
     dst = psycopg.connect(a.to, autocommit=True, application_name="idem-move")
+    src.execute(SETTINGS)
+    dst.execute(SETTINGS)
     schema = ext_schema(src)
     if ext_schema(dst) != schema:
         raise SystemExit("move_partition: the extension is in another schema on the target")
+    if a.new_shard and ext_version(dst) != ext_version(src):
+        raise SystemExit("move_partition: the new shard has idempotency %s, the source %s: install"
+                         " the same version" % (ext_version(dst), ext_version(src)))
     outbox = has_outbox(src, schema)
     if outbox and not has_outbox(dst, schema):
         raise SystemExit("move_partition: the source has the outbox and the target does not"
                          " (update the extension there to 0.2.0)")
     tables = tables_of(src, schema, a.table, outbox)
+    columns = columns_of(src, dst, tables)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
 
-    # 1. freeze
-    started = time.monotonic()
-    with src.transaction():
+    # A rerun after a failure between the copy and the cleanup: the source
+    # frozen for the partition, and the target holding exactly its rows (a
+    # copy is one transaction, and nothing writes them on either side since
+    # the freeze) or, once a proxy points at the target (the switch of
+    # another failed), the partition's shard already, whose rows its
+    # callers may have changed since.  Anything else on the target is not
+    # ours to build on.
+    resume = False
+    switched_one = a.to in entries
+    held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
+        table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
+        for table, column in tables}
+    if any(held.values()) or switched_one:
+        where = ", ".join("%s %d" % kv for kv in held.items() if kv[1])
+        fenced = src.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s AND tgrelid ="
+                             " ANY (%s::regclass[])",
+                             (name, [t.as_string(src) for t, _ in tables])).fetchone()[0]
+        if fenced < len(tables):
+            raise SystemExit("move_partition: %s, and the partition is not frozen on the source:"
+                             " not an interrupted move; nothing was changed"
+                             % ("the target holds rows of partition %d already (%s)"
+                                % (a.partition, where) if where else
+                                "a proxy points partition %d at the target already" % a.partition))
+        differ = [table.as_string(dst) for table, column, cols in columns
+                  if not switched_one
+                  and digest(src, schema, table, column, cols, a.partition, partitions)
+                  != digest(dst, schema, table, column, cols, a.partition, partitions)]
+        if differ:
+            raise SystemExit("move_partition: the target holds rows of partition %d already (%s)"
+                             " that differ from the source's in %s: not the copy of an"
+                             " interrupted move; nothing was changed"
+                             % (a.partition, where, ", ".join(differ)))
+        resume = True
+        print("move_partition: resuming: partition %d is frozen on the source and %s: the copy"
+              " is skipped" % (a.partition, "a proxy points at the target already" if switched_one
+                               else "the target holds the same rows (%s)" % where), flush=True)
+
+    # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
+    # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
+    # EXCLUSIVE and hold back the readers too).
+    def freeze():
+        src.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
+        untrusted = [r[0] for r in src.execute(UNTRUSTED).fetchall()]
+        if untrusted:
+            raise SystemExit("move_partition: the source's schema idem_move, which holds the"
+                             " fence's functions, is not only yours or a superuser's: %s."
+                             " Nothing was changed; drop it, or make it yours"
+                             % "; ".join(untrusted))
         src.execute(REFUSE)
         for table, column in tables:
-            src.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
             src.execute(sql.SQL(
-                "CREATE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
+                "CREATE OR REPLACE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
                 " EXECUTE FUNCTION idem_move.{}({}, {}, {})").format(
                     sql.Identifier(name), table,
                     in_partition(schema, column, a.partition, partitions, "new"),
                     sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"),
                     sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
                     sql.Literal(column)))
+    started = time.monotonic()
+    if not resume:
+        with_lock_timeout(src, a, "the freeze on the source", tables, freeze)
     frozen = time.monotonic()
 
     # 2. copy, and the unfreeze on the target, in one transaction there
     copied = {}
-    with dst.transaction():
+
+    def copy():
         dst.execute("SET LOCAL session_replication_role = replica")
         for table, column in tables:
-            dst.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+            if dst.execute("SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = %s::regclass"
+                           " AND tgname = %s)", (table.as_string(dst), name)).fetchone()[0]:
+                dst.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(name), table))
             if dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
                     table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]:
                 raise SystemExit("move_partition: the target holds rows of partition %d in %s already"
@@ -224,10 +478,10 @@ def main():
             src_last = src.execute(last).fetchone()[0]
             if src_last > dst.execute(last).fetchone()[0]:
                 dst.execute("SELECT setval(%s, %s)", (schema + "." + seq, src_last))
-        for table, column in tables:
-            with src.cursor().copy(sql.SQL("COPY (SELECT * FROM {} WHERE {}) TO STDOUT").format(
-                    table, in_partition(schema, column, a.partition, partitions))) as out, \
-                    dst.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(table)) as into:
+        for table, column, cols in columns:
+            with src.cursor().copy(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
+                    cols, table, in_partition(schema, column, a.partition, partitions))) as out, \
+                    dst.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN").format(table, cols)) as into:
                 for data in out:
                     into.write(data)
             n = dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
@@ -236,8 +490,24 @@ def main():
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
 
-    # 3. switch
-    proxy.execute("SELECT idem_router_set_partition(%s, %s)", (a.partition, a.to))
+    if resume:
+        copied = held
+    else:
+        with_lock_timeout(dst, a, "the copy to the target", tables, copy)
+    if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-copy":
+        raise SystemExit("move_partition: stopped between the copy and the switch"
+                         " (IDEM_MOVE_TEST_FAIL=after-copy, for the tests): run again to resume")
+
+    # 3. switch every proxy (before the cleanup: a proxy left behind would
+    # send reads, which the fence does not refuse, to the emptied source)
+    for proxy, m in zip(proxies, maps):
+        if m[a.partition] != a.to:
+            proxy.execute("SELECT idem_router_set_partition(%s, %s, new_shard => %s)",
+                          (a.partition, a.to, a.to not in m.values()))
+            if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-first-switch":
+                raise SystemExit("move_partition: stopped after the switch of one proxy"
+                                 " (IDEM_MOVE_TEST_FAIL=after-first-switch, for the tests):"
+                                 " run again to resume")
     switched = time.monotonic()
 
     # 4. clean up the source (the fence stays)
@@ -247,9 +517,10 @@ def main():
             deleted += src.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).rowcount
     print("move_partition: partition %d of %d moved: %s; freeze window %.0f ms (fence %.0f ms,"
-          " copy and switch %.0f ms); %d rows deleted on the source"
+          " copy and switch %.0f ms%s); %d rows deleted on the source"
           % (a.partition, partitions, ", ".join("%s %d" % kv for kv in copied.items()),
              (switched - frozen) * 1000, (frozen - started) * 1000, (switched - frozen) * 1000,
+             "; this run's part only: the freeze began in an earlier run" if resume else "",
              deleted), flush=True)
     return 0
 

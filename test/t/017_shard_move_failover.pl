@@ -9,7 +9,12 @@
 #     read-write).
 # The checker's properties must hold: no acknowledged result lost (P2), no
 # key on two shards (P7), no stale token completing (P4), every ambiguous
-# call decided.  Then, without load, a partition moved while its key is
+# call decided.  The move must have copied records and business rows
+# written under load, and the proxy must have served shard 0 after the
+# promotion (records written there soon after it, a share of the load, and
+# few calls failed on the shard side), which the properties alone do not
+# show: a proxy that never reached the new primary fails its calls there
+# without violating any.  Then, without load, a partition moved while its key is
 # owned: the old shard has nothing left to complete (IK004) and refuses new
 # claims of the partition (40001), the record moved with its token, and
 # after a takeover on the new shard the old token stays refused (IK002).
@@ -19,7 +24,9 @@
 # a copy left frozen on the source is not handed out; on the target a
 # message keeps its lease, a take-over draws a token above the source's,
 # the old holder's ack is refused (IK002), and a message emitted after the
-# move waits behind its key's moved one.
+# move waits behind its key's moved one.  Last, a partition moves onto a
+# fifth shard, a new node (--new-shard), which a shard of the map spelled
+# differently cannot pass for, and its calls land there.
 #
 # Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker and the
 # move script, and python3-psycopg.
@@ -103,6 +110,10 @@ like($moved, qr/partition 1 of 16 moved: .*idempotency_records" \d+.*; freeze wi
 	'a partition moved from shard 1 to shard 2 while the checker ran');
 my ($window) = $moved =~ /freeze window (\d+) ms/;
 note("freeze window: $window ms");
+my ($copied_records) = $moved =~ /idempotency_records" (\d+)/;
+my ($copied_business) = $moved =~ /jepsen_business" (\d+)/;
+cmp_ok($copied_records // 0, '>', 0, "... copying the partition's records written under load ($copied_records)");
+cmp_ok($copied_business // 0, '>', 0, "... and its business rows ($copied_business)");
 is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHERE partition = $partition"),
 	$map{2}, '... the proxy\'s map points at shard 2');
 
@@ -110,6 +121,7 @@ is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHE
 sleep(4);
 $primary->stop('immediate');
 $standby->promote;
+my $promoted_at = $standby->safe_psql('postgres', 'SELECT clock_timestamp()');
 pass('shard 0\'s primary stopped, its standby promoted, while the checker ran');
 
 $run->finish;
@@ -127,6 +139,24 @@ ok($standby->safe_psql('jepsen', q{SELECT count(*) FROM idempotency_records}) > 
 is($shards[1]->safe_psql('jepsen',
 		"SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 15) = $partition"),
 	'0', 'the moved partition\'s records are gone from shard 1');
+# The proxy served shard 0 after the promotion: the checker's calls wrote
+# records there soon after it, not only the other shards' (a proxy that
+# never reached the new primary would count its calls to shard 0 as failed
+# on the shard side and still pass the properties).
+my $after = "updated_at > '$promoted_at'";
+my ($served, $first) = split /\|/, $standby->safe_psql('jepsen',
+	"SELECT count(*), coalesce(extract(epoch FROM min(updated_at) - '$promoted_at'), -1) FROM idempotency_records WHERE $after");
+my $elsewhere = 0;
+$elsewhere += $shards[$_]->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE $after") for 1 .. 3;
+my ($requests) = $out =~ /requests (\d+):/;
+my ($remote) = $out =~ /(\d+) calls failed on the shard side/;
+note(sprintf('after the promotion: %d records written on shard 0 (the first after %.2f s), %d on shards 1 to 3;'
+	  . ' %d of %d calls failed on the shard side', $served, $first, $elsewhere, $remote // -1, $requests // -1));
+cmp_ok($served, '>', 0, 'the checker\'s calls through the proxy wrote records on shard 0 after its promotion');
+ok($first >= 0 && $first < 10, '... the first within 10 s of it');
+cmp_ok($served * 8, '>', $elsewhere, '... and shard 0 took a share of the load (it has a quarter of the partitions), not a trickle');
+ok(defined $remote && $remote * 20 < $requests,
+	'... so the calls that failed on the shard side (' . ($remote // '?') . ') are few (under 5% of the requests)');
 
 # Fencing across a move, without load: an owner of a key of partition 5
 # (shard 1), a move to shard 3 while it works.
@@ -236,6 +266,51 @@ is($proxy->safe_psql('jepsen',
 		"SELECT string_agg(id::text, ' ') FROM idem_outbox_claim_on('$map{3}', 'relay-dst', 100, '30s', ARRAY['move'])"),
 	$later, '... and then the later message of the key is handed out');
 
+# Growing onto a fifth shard, a new node: its schema is shard 3's (pg_dump
+# --schema-only: the extension, the business table and functions); the
+# move of partition 3 needs --new-shard, and refuses shard 2 spelled
+# differently.
+my $shard4 = PostgreSQL::Test::Cluster->new('shard4');
+$shard4->init;
+$shard4->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\n");
+$shard4->start;
+my $dump = '';
+IPC::Run::run([ 'pg_dump', '--schema-only', '--no-owner', '-d', $map{3} ], '>', \$dump)
+  or die 'pg_dump of shard 3 failed';
+$shard4->safe_psql('postgres', 'CREATE DATABASE jepsen');
+$shard4->safe_psql('jepsen', $dump);
+my $new_dsn = 'host=' . $shard4->host . ' port=' . $shard4->port . ' user=postgres dbname=jepsen';
+my @move3 = ($python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 3,
+	'--table', 'jepsen_business:scope');
+IPC::Run::run([ @move3, '--to', $new_dsn ], '>', \$moved, '2>&1');
+like($moved, qr/is not a shard of the map .*--new-shard/,
+	'a move to a shard the map does not hold needs --new-shard');
+my $respelled = 'port=' . $shards[2]->port . ' dbname=jepsen host=' . $shards[2]->host . ' user=postgres';
+IPC::Run::run([ @move3, '--to', $respelled, '--new-shard' ], '>', \$moved, '2>&1');
+like($moved, qr/is shard .* of the map, spelled\s+differently/,
+	'--new-shard refuses a shard of the map under another spelling');
+is($proxy->safe_psql('jepsen', q{SELECT count(DISTINCT connstr) FROM idem_router_partitions()}), '4',
+	'... and the map still has four shards');
+my $p3_records = $shards[3]->safe_psql('jepsen',
+	q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 15) = 3});
+IPC::Run::run([ @move3, '--to', $new_dsn, '--new-shard' ], '>', \$moved, '2>&1');
+note($moved);
+like($moved, qr/partition 3 of 16 moved: .*idempotency_records" $p3_records\b/,
+	"partition 3 moved onto a fifth shard with --new-shard ($p3_records records)");
+is($proxy->safe_psql('jepsen', q{SELECT connstr FROM idem_router_partitions() WHERE partition = 3}),
+	$new_dsn, '... the map names the new shard for it');
+my $scope3 = $proxy->safe_psql('jepsen',
+	q{SELECT s FROM (SELECT 'grow-' || i AS s FROM generate_series(1, 1000) i) g
+	   WHERE idem_router_partition(s) = 3 LIMIT 1});
+is($proxy->safe_psql('jepsen', "SELECT outcome FROM idem_claim('g', '\\x01', '30s', '$scope3')"), 'new',
+	'a claim of the partition through the proxy');
+is($shard4->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE scope = '$scope3'")
+	  . ' ' . $shards[3]->safe_psql('jepsen', "SELECT count(*) FROM idempotency_records WHERE scope = '$scope3'"),
+	'1 0', '... lands on the new shard, not on shard 3');
+is($proxy->safe_psql('jepsen', "SELECT status FROM idem_lookup('g', '$scope3')"), 'processing',
+	'... and a lookup through the proxy reads it there');
+
+$shard4->stop;
 $proxy->stop;
 $standby->stop;
 $_->stop for @shards[1 .. $#shards];
