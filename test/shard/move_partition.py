@@ -8,23 +8,27 @@ partition is on now, the target another shard of the map, or with
 --new-shard a shard the map does not hold yet (a new node, set up as the
 others: the extension at the source's version in the same schema, the
 business tables and functions, the grants).  A new shard is first checked
-not to be a shard of the map under another spelling: its system
-identifier, port, data directory and database must not all equal one
-shard's (PL/Proxy tells shards apart by the connection string only).
+not to be a shard of the map under another spelling: a session on it must
+not show in any shard's pg_stat_activity (PL/Proxy tells shards apart by
+the connection string only).
 While clients keep calling through the proxies:
 
-  1. freeze   on the source, in one transaction: a trigger per table that
-              refuses every INSERT and UPDATE of a row of the partition
-              with SQLSTATE 40001 (retryable: the caller retries the call,
-              which runs on the target once the map is switched).  Creating
-              it waits for the transactions that are writing those tables and
-              holds back new writers for that moment, so once it commits no
-              key of the partition changes on the source any more.  The wait
-              is bounded: at most --lock-timeout (2s) for each lock, then the
+  1. freeze   on the source, in one transaction: triggers per table that
+              refuse every INSERT, UPDATE and DELETE of a row of the
+              partition with SQLSTATE 40001 (retryable: the caller retries
+              the call, which runs on the target once the map is switched);
+              a DELETE of a row of the extension's own tables (a purge's)
+              skips the row instead, which the target's purge then takes.
+              Creating them waits for the transactions that are writing
+              those tables and holds back new writers for that moment, so
+              once it commits no row of the partition changes on the source
+              any more.  The wait is bounded: the tables' locks are taken in
+              one statement under --lock-timeout (2s) as a whole, then the
               transaction rolls back and, after a growing pause, tries again
-              (--lock-retries, 4 more times); after the last try the script
-              fails with nothing changed and names the sessions that hold
-              locks on the tables (an idle-in-transaction writer, say).
+              (--lock-retries, 4 more times; a deadlock too); after the last
+              try the script fails with nothing changed and names the
+              sessions that hold locks on the tables (an idle-in-transaction
+              writer, say).
               The trigger functions run in every writer's session: their
               schema idem_move is made by the mover, and one that exists
               and is not the mover's or a superuser's (or a function in
@@ -40,10 +44,10 @@ While clients keep calling through the proxies:
               business tables named with --table) to the target in one
               transaction, column by name (the source's columns; the
               target's table must have each of them, in any order, and may
-              have more, which get their defaults), with the target's
+              have more, which get their defaults); then the target's
               token epoch raised to the source's (tokens of keys the
-              target claims anew stay above
-              every token the source issued), the target's outbox sequences
+              target claims anew stay above every token the source
+              issued), the target's outbox sequences
               raised to the source's (a claim there draws a fencing token
               above every token the source's relays hold, and a message
               emitted there goes after the moved messages of its key), and
@@ -64,8 +68,9 @@ While clients keep calling through the proxies:
               a write that still reaches the source (a stale owner on the
               shard directly, a proxy left unnamed) is refused, so no key
               is ever claimed on two shards and a stale owner can complete
-              nothing there (reads are not fenced: see step 3).  Tokens stay fenced: a record
-              moves with its token, and on the target an owner call matches
+              nothing there (reads are not fenced: see step 3).  Tokens
+              stay fenced: a record moves with its token, and on the
+              target an owner call matches
               only that token.  The source's outbox keeps no copy of a
               moved message, so its relays cannot publish one again; a
               relay that held a lease there when the partition froze gets
@@ -75,17 +80,18 @@ While clients keep calling through the proxies:
 
 The freeze window (from the fence's commit to the switch's) is printed.
 A failure leaves the partition frozen on the source: run again after fixing
-the cause.  Before the copy committed, nothing is on the target (the copy
-was rolled back) and the rerun moves as the first run would; after it (the
-switch of a proxy failed, say), the rerun finds the source frozen for the partition and the target holding
-exactly its rows (the same count and the same digest of the rows, table by
-table) or, if a proxy points at the target already, the partition's rows as
-its shard (its callers may have changed them since), skips the copy and
-goes on with the switch of every proxy that has not switched and the
-cleanup.  A target holding rows of the partition in any other case is
-refused, as it is no copy of this move's.  (For the tests,
-IDEM_MOVE_TEST_FAIL=after-copy stops the run between the copy and the
-switch, IDEM_MOVE_TEST_FAIL=after-first-switch after one proxy's switch.)
+the cause.  The rerun finds the source frozen for the partition (by this
+script's triggers, enabled, calling its functions) and then either a proxy
+points at the target already (the switch of another failed): the target is
+the partition's shard, whose rows its callers may have changed since, so
+the copy is skipped and the remaining proxies are switched; or none does:
+no caller can have written the target's rows of the partition, which are
+an interrupted copy (changed since, perhaps, by the target's relays and
+purge), so they are deleted and copied again in the copy's transaction.
+Rows of the partition on the target while the source is not frozen for it
+are refused.  (For the tests, IDEM_MOVE_TEST_FAIL=after-copy stops the run
+between the copy and the switch, IDEM_MOVE_TEST_FAIL=after-first-switch
+after one proxy's switch.)
 
   test/shard/move_partition.py --proxy DSN [--proxy DSN ...] --partition N
       --to SHARD [--new-shard] [--table TABLE:SCOPE_COLUMN ...]
@@ -102,6 +108,7 @@ new ones).
 
 import argparse
 import os
+import secrets
 import sys
 import time
 
@@ -157,6 +164,25 @@ BEGIN
               DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
               HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
 END $$;
+-- Deletions: a business row's is refused like any other write (it would be
+-- lost: the copy has the row); the extension's own tables' rows are skipped
+-- (a purge leaves them to the target's purge), so a purge goes on with the
+-- shard's other rows and advances no token epoch for them.  The move's own
+-- cleanup deletes them (idem_move.cleanup).
+CREATE OR REPLACE FUNCTION idem_move.refuse_delete() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('idem_move.cleanup', true) = 'on' THEN
+        RETURN OLD;
+    END IF;
+    IF TG_ARGV[3] = 'skip' THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
+        USING ERRCODE = 'serialization_failure',
+              DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
+              HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
+END $$;
 """
 
 
@@ -165,8 +191,8 @@ def fence_name(partition, partitions):
 
 
 def ext_schema(conn):
-    row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
-                       " WHERE extname = 'idempotency'").fetchone()
+    row = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
+                       " ON n.oid = e.extnamespace WHERE e.extname = 'idempotency'").fetchone()
     if row is None:
         raise SystemExit("move_partition: no extension idempotency on shard %r"
                          % conn.info.dsn)
@@ -226,19 +252,6 @@ def columns_of(src, dst, tables):
     return out
 
 
-# Both ends render rows as the same text, for the digests below.
-SETTINGS = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres';"
-            " SET extra_float_digits = 3; SET bytea_output = 'hex'")
-
-
-def digest(conn, schema, table, column, cols, partition, partitions):
-    """(rows, md5 over the rows' md5s in order) of the partition's rows."""
-    return tuple(conn.execute(sql.SQL(
-        "SELECT count(*), coalesce(md5(string_agg(md5(r::text), '' ORDER BY md5(r::text))), '')"
-        "  FROM (SELECT {} FROM {} WHERE {}) r").format(
-            cols, table, in_partition(schema, column, partition, partitions))).fetchone())
-
-
 def in_partition(schema, column, partition, partitions, row=None):
     """The condition of a row of the partition (of the trigger's row NEW)."""
     col = sql.Identifier(row, column) if row else sql.Identifier(column)
@@ -260,34 +273,56 @@ def blockers(conn, tables):
         ([t.as_string(conn) for t, _ in tables],)).fetchone()[0]
 
 
-def with_lock_timeout(conn, a, what, tables, work):
+def with_lock_timeout(conn, a, what, tables, work, after_failure):
     """Run work() in one transaction of conn under lock_timeout, again after
-    a back-off when a lock is not granted in time: a DDL lock (CREATE
-    TRIGGER's, DROP TRIGGER's) waits for every open writer of its table,
-    an idle-in-transaction one too, and every later writer of the table
-    queues behind it, so an unbounded wait would stall the whole shard.
-    Each try rolls back whole: after the last, nothing was changed."""
+    a back-off when a lock is not granted in time (or a deadlock cancels
+    it): a DDL lock (CREATE TRIGGER's, DROP TRIGGER's) waits for every open
+    writer of its table, an idle-in-transaction one too, and every later
+    writer of the table queues behind it, so an unbounded wait would stall
+    the whole shard.  Each try rolls back whole."""
     for attempt in range(1, a.lock_retries + 2):
         try:
             with conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)", (a.lock_timeout,))
                 return work()
-        except psycopg.errors.LockNotAvailable:
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled,
+                psycopg.errors.DeadlockDetected) as e:
             held = blockers(conn, tables) or "none now"
             if attempt > a.lock_retries:
-                raise SystemExit("move_partition: %s: no lock within lock_timeout %s in %d tries;"
-                                 " nothing was changed there (the transaction rolled back)."
-                                 " Sessions holding locks on the tables: %s. End them, or run"
-                                 " again at a quieter time" % (what, a.lock_timeout, attempt, held))
+                raise SystemExit("move_partition: %s: no lock within lock_timeout %s in %d tries"
+                                 " (%s); %s. Sessions holding locks on the tables: %s. End them,"
+                                 " or run again at a quieter time"
+                                 % (what, a.lock_timeout, attempt, e.diag.message_primary,
+                                    after_failure, held))
             delay = min(0.5 * 2 ** (attempt - 1), 8.0)
             print("move_partition: %s: no lock within lock_timeout %s (try %d of %d; held by %s);"
                   " again in %.1f s" % (what, a.lock_timeout, attempt, a.lock_retries + 1, held,
                                         delay), flush=True)
             time.sleep(delay)
+    raise AssertionError("with_lock_timeout: no try ran")
 
 
-IDENTITY = ("SELECT (SELECT system_identifier FROM pg_control_system()), current_setting('port'),"
-            " current_setting('data_directory'), current_database()")
+def lock_all(conn, tables, lock_timeout):
+    """Every table's SHARE ROW EXCLUSIVE lock (CREATE TRIGGER's) in one
+    statement, bounded as a whole by lock_timeout: taken one by one, the
+    locks already held would hold writers back while a later one waits."""
+    conn.execute("SELECT set_config('statement_timeout', %s, true)", (lock_timeout,))
+    conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
+        sql.SQL(", ").join(t for t, _ in tables)))
+    conn.execute("SELECT set_config('statement_timeout', '0', true)")
+
+
+def fenced_triggers(conn, name, tables):
+    """How many of this move's fence triggers the tables carry, each
+    enabled and calling a function of idem_move: two per table when the
+    partition is frozen."""
+    return conn.execute(
+        "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
+        "  JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE t.tgname IN (%s, %s) AND t.tgenabled <> 'D' AND n.nspname = 'idem_move'"
+        "   AND p.proname IN ('refuse', 'refuse_outbox', 'refuse_delete')"
+        "   AND t.tgrelid = ANY (%s::regclass[])",
+        (name, name + "_delete", [t.as_string(conn) for t, _ in tables])).fetchone()[0]
 
 
 def read_maps(proxies):
@@ -302,25 +337,34 @@ def read_maps(proxies):
 
 
 def check_new_shard(target, maps):
-    """A new shard must be another server or database than every shard of
-    the maps, however its connection string is spelled: PL/Proxy tells
-    shards apart by the string only, so one shard under two spellings would
-    hold partitions under two names (and RUN ON ALL would count it twice)."""
-    with psycopg.connect(target, autocommit=True, application_name="idem-move") as c:
-        mine = c.execute(IDENTITY).fetchone()
-    for shard in sorted({v for m in maps for v in m.values() if v != target}):
-        try:
-            with psycopg.connect(shard, autocommit=True, connect_timeout=10,
-                                 application_name="idem-move") as c:
-                theirs = c.execute(IDENTITY).fetchone()
-        except psycopg.Error as e:
-            raise SystemExit("move_partition: cannot check that the new shard is not shard %r of"
-                             " the map: %s" % (shard, str(e).strip()))
-        if theirs == mine:
-            raise SystemExit("move_partition: the new shard %r is shard %r of the map, spelled"
-                             " differently (the same system identifier, port, data directory and"
-                             " database): name it as in the map, without --new-shard"
-                             % (target, shard))
+    """A new shard must be another database than every shard of the maps,
+    however its connection string is spelled: PL/Proxy tells shards apart
+    by the string only, so one shard under two spellings would hold
+    partitions under two names (and RUN ON ALL would count it twice).  The
+    check: a session on the target, in an open transaction (so that a pooler
+    in between keeps its server connection) under an application_name of
+    its own, must not be seen in any shard's pg_stat_activity of its
+    database.  (A clone of a shard, with its system identifier and paths,
+    is a new shard all the same.)"""
+    probe = "idem-move-probe-" + secrets.token_hex(8)
+    with psycopg.connect(target, autocommit=True, application_name="idem-move") as mine:
+        with mine.transaction():
+            mine.execute("SELECT set_config('application_name', %s, true)", (probe,))
+            for shard in sorted({v for m in maps for v in m.values() if v != target}):
+                try:
+                    with psycopg.connect(shard, autocommit=True, connect_timeout=10,
+                                         application_name="idem-move") as c:
+                        seen = c.execute("SELECT EXISTS (SELECT FROM pg_stat_activity"
+                                         " WHERE application_name = %s"
+                                         "   AND datname = current_database())",
+                                         (probe,)).fetchone()[0]
+                except psycopg.Error as e:
+                    raise SystemExit("move_partition: cannot check that the new shard is not"
+                                     " shard %r of the map: %s" % (shard, str(e).strip()))
+                if seen:
+                    raise SystemExit("move_partition: the new shard %r is shard %r of the map,"
+                                     " spelled differently (a session on it shows there): name"
+                                     " it as in the map, without --new-shard" % (target, shard))
 
 
 def main():
@@ -340,6 +384,8 @@ def main():
     p.add_argument("--lock-retries", type=int, default=4,
                    help="how many times it tries again, with a growing pause (default 4)")
     a = p.parse_args()
+    if a.lock_retries < 0:
+        p.error("--lock-retries must not be negative")
 
     proxies = [psycopg.connect(d, autocommit=True, application_name="idem-move") for d in a.proxy]
     maps = read_maps(proxies)
@@ -369,9 +415,16 @@ def main():
     name = fence_name(a.partition, partitions)
 
     src = psycopg.connect(source, autocommit=True, application_name="idem-move")
+    try:
+        timeout = src.execute("SELECT set_config('lock_timeout', %s, false)",
+                              (a.lock_timeout,)).fetchone()[0]
+    except psycopg.Error as e:
+        raise SystemExit("move_partition: --lock-timeout %r: %s"
+                         % (a.lock_timeout, e.diag.message_primary))
+    src.execute("RESET lock_timeout")
+    if timeout == "0":
+        raise SystemExit("move_partition: --lock-timeout must be more than 0 (0 waits for ever)")
     dst = psycopg.connect(a.to, autocommit=True, application_name="idem-move")
-    src.execute(SETTINGS)
-    dst.execute(SETTINGS)
     schema = ext_schema(src)
     if ext_schema(dst) != schema:
         raise SystemExit("move_partition: the extension is in another schema on the target")
@@ -385,48 +438,46 @@ def main():
     tables = tables_of(src, schema, a.table, outbox)
     columns = columns_of(src, dst, tables)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
+    own_tables = [sql.Identifier(schema, t) for t, _ in OWN_TABLES + ([OUTBOX] if outbox else [])]
 
-    # A rerun after a failure between the copy and the cleanup: the source
-    # frozen for the partition, and the target holding exactly its rows (a
-    # copy is one transaction, and nothing writes them on either side since
-    # the freeze) or, once a proxy points at the target (the switch of
-    # another failed), the partition's shard already, whose rows its
-    # callers may have changed since.  Anything else on the target is not
-    # ours to build on.
-    resume = False
+    # A rerun after a failure: the source frozen for the partition (by this
+    # script's fence), and either a proxy points at the target already (the
+    # switch of another failed): the partition's shard already, whose rows
+    # its callers may have changed since, so the copy is skipped; or none
+    # does: then no caller can have written the target's rows of the
+    # partition, which are an interrupted run's copy (perhaps changed since
+    # by the target's relays and purge), and the copy is made again in
+    # their place.  Rows of the partition on a target without that fence on
+    # the source are not ours to build on.
     switched_one = a.to in entries
     held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
         table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
         for table, column in tables}
-    if any(held.values()) or switched_one:
+    frozen_before = fenced_triggers(src, name, tables) == 2 * len(tables)
+    if (any(held.values()) or switched_one) and not frozen_before:
         where = ", ".join("%s %d" % kv for kv in held.items() if kv[1])
-        fenced = src.execute("SELECT count(*) FROM pg_trigger WHERE tgname = %s AND tgrelid ="
-                             " ANY (%s::regclass[])",
-                             (name, [t.as_string(src) for t, _ in tables])).fetchone()[0]
-        if fenced < len(tables):
-            raise SystemExit("move_partition: %s, and the partition is not frozen on the source:"
-                             " not an interrupted move; nothing was changed"
-                             % ("the target holds rows of partition %d already (%s)"
-                                % (a.partition, where) if where else
-                                "a proxy points partition %d at the target already" % a.partition))
-        differ = [table.as_string(dst) for table, column, cols in columns
-                  if not switched_one
-                  and digest(src, schema, table, column, cols, a.partition, partitions)
-                  != digest(dst, schema, table, column, cols, a.partition, partitions)]
-        if differ:
-            raise SystemExit("move_partition: the target holds rows of partition %d already (%s)"
-                             " that differ from the source's in %s: not the copy of an"
-                             " interrupted move; nothing was changed"
-                             % (a.partition, where, ", ".join(differ)))
-        resume = True
-        print("move_partition: resuming: partition %d is frozen on the source and %s: the copy"
-              " is skipped" % (a.partition, "a proxy points at the target already" if switched_one
-                               else "the target holds the same rows (%s)" % where), flush=True)
+        raise SystemExit("move_partition: %s, and the partition is not frozen on the source:"
+                         " not an interrupted move; nothing was changed"
+                         % ("the target holds rows of partition %d already (%s)"
+                            % (a.partition, where) if where else
+                            "a proxy points partition %d at the target already" % a.partition))
+    resume = switched_one
+    recopy = not switched_one and any(held.values())
+    if resume:
+        print("move_partition: resuming: partition %d is frozen on the source and a proxy points"
+              " at the target already: the copy is skipped" % a.partition, flush=True)
+    elif recopy:
+        print("move_partition: resuming: partition %d is frozen on the source and no proxy points"
+              " at the target: its rows there (%s) are an interrupted copy, made again"
+              % (a.partition, ", ".join("%s %d" % kv for kv in held.items() if kv[1])),
+              flush=True)
 
-    # 1. freeze.  CREATE OR REPLACE TRIGGER takes the table's SHARE ROW
-    # EXCLUSIVE lock only (a DROP TRIGGER, even IF EXISTS, would take ACCESS
-    # EXCLUSIVE and hold back the readers too).
+    # 1. freeze: the tables' locks first, in one statement bounded as a
+    # whole; then CREATE OR REPLACE TRIGGER, which needs no more (a DROP
+    # TRIGGER, even IF EXISTS, would take ACCESS EXCLUSIVE and hold back the
+    # readers too).  Run again on a rerun: it changes nothing then.
     def freeze():
+        lock_all(src, tables, a.lock_timeout)
         src.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
         untrusted = [r[0] for r in src.execute(UNTRUSTED).fetchall()]
         if untrusted:
@@ -436,17 +487,24 @@ def main():
                              % "; ".join(untrusted))
         src.execute(REFUSE)
         for table, column in tables:
+            args = sql.SQL("{}, {}, {}").format(sql.Literal(str(a.partition)),
+                                                sql.Literal(str(partitions)), sql.Literal(column))
             src.execute(sql.SQL(
                 "CREATE OR REPLACE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
-                " EXECUTE FUNCTION idem_move.{}({}, {}, {})").format(
+                " EXECUTE FUNCTION idem_move.{}({})").format(
                     sql.Identifier(name), table,
                     in_partition(schema, column, a.partition, partitions, "new"),
-                    sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"),
-                    sql.Literal(str(a.partition)), sql.Literal(str(partitions)),
-                    sql.Literal(column)))
+                    sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"), args))
+            src.execute(sql.SQL(
+                "CREATE OR REPLACE TRIGGER {} BEFORE DELETE ON {} FOR EACH ROW WHEN ({})"
+                " EXECUTE FUNCTION idem_move.refuse_delete({}, {})").format(
+                    sql.Identifier(name + "_delete"), table,
+                    in_partition(schema, column, a.partition, partitions, "old"), args,
+                    sql.Literal("skip" if table in own_tables else "refuse")))
     started = time.monotonic()
     if not resume:
-        with_lock_timeout(src, a, "the freeze on the source", tables, freeze)
+        with_lock_timeout(src, a, "the freeze on the source", tables, freeze,
+                          "nothing was changed there (the transaction rolled back)")
     frozen = time.monotonic()
 
     # 2. copy, and the unfreeze on the target, in one transaction there
@@ -455,29 +513,11 @@ def main():
     def copy():
         dst.execute("SET LOCAL session_replication_role = replica")
         for table, column in tables:
-            if dst.execute("SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = %s::regclass"
-                           " AND tgname = %s)", (table.as_string(dst), name)).fetchone()[0]:
-                dst.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(name), table))
-            if dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
-                    table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]:
-                raise SystemExit("move_partition: the target holds rows of partition %d in %s already"
-                                 % (a.partition, table.as_string(dst)))
-        epoch = sql.SQL("SELECT coalesce(pg_sequence_last_value({}), 0)").format(
-            sql.Literal(schema + ".idem_token_epoch"))
-        src_epoch = src.execute(epoch).fetchone()[0]
-        if src_epoch > dst.execute(epoch).fetchone()[0]:
-            dst.execute("SELECT setval(%s, %s)", (schema + ".idem_token_epoch", src_epoch))
-        # The outbox's fencing tokens and emit order: the source's last values
-        # bound every token and seq of the partition's messages, since the
-        # fence holds back every claim, emit and retry of them there (and
-        # setval, like the epoch's, stays raised if this transaction fails:
-        # harmless, tokens only need to grow).
-        for seq in OUTBOX_SEQUENCES if outbox else []:
-            last = sql.SQL("SELECT coalesce(pg_sequence_last_value({}), 0)").format(
-                sql.Literal(schema + "." + seq))
-            src_last = src.execute(last).fetchone()[0]
-            if src_last > dst.execute(last).fetchone()[0]:
-                dst.execute("SELECT setval(%s, %s)", (schema + "." + seq, src_last))
+            n = dst.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
+                table, in_partition(schema, column, a.partition, partitions))).rowcount
+            if n and not recopy:
+                raise SystemExit("move_partition: the target holds rows of partition %d in %s"
+                                 " already" % (a.partition, table.as_string(dst)))
         for table, column, cols in columns:
             with src.cursor().copy(sql.SQL("COPY (SELECT {} FROM {} WHERE {}) TO STDOUT").format(
                     cols, table, in_partition(schema, column, a.partition, partitions))) as out, \
@@ -487,20 +527,47 @@ def main():
             n = dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
             copied[table.as_string(dst)] = n
+        # The sequences after the rows, so that nothing the source issued
+        # before the copy's snapshot is missed.  The token epoch: tokens of
+        # keys the target claims anew stay above every token the source
+        # issued.  The outbox's fencing tokens and emit order: the source's
+        # last values bound every token and seq of the partition's messages,
+        # since the fence holds back every claim, emit and retry of them
+        # there.  setval stays raised if this transaction fails: harmless,
+        # they only need to grow.
+        for seq in ["idem_token_epoch"] + (OUTBOX_SEQUENCES if outbox else []):
+            qualified = sql.Identifier(schema, seq).as_string(dst)
+            last = "SELECT coalesce(pg_sequence_last_value(%s::regclass), 0)"
+            src_last = src.execute(last, (qualified,)).fetchone()[0]
+            if src_last > dst.execute(last, (qualified,)).fetchone()[0]:
+                dst.execute("SELECT setval(%s::regclass, %s)", (qualified, src_last))
+        # The unfreeze on the target (a fence of an earlier move of the
+        # partition away from it) last: DROP TRIGGER's ACCESS EXCLUSIVE lock
+        # holds back every reader of the table until the commit.
+        for table, column in tables:
+            for trigger in (name, name + "_delete"):
+                if dst.execute("SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = %s::regclass"
+                               " AND tgname = %s)", (table.as_string(dst), trigger)).fetchone()[0]:
+                    dst.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger),
+                                                                       table))
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
 
     if resume:
         copied = held
     else:
-        with_lock_timeout(dst, a, "the copy to the target", tables, copy)
+        with_lock_timeout(dst, a, "the copy to the target", tables, copy,
+                          "the partition stays frozen on the source: run the move again")
     if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-copy":
         raise SystemExit("move_partition: stopped between the copy and the switch"
                          " (IDEM_MOVE_TEST_FAIL=after-copy, for the tests): run again to resume")
 
     # 3. switch every proxy (before the cleanup: a proxy left behind would
     # send reads, which the fence does not refuse, to the emptied source)
-    for proxy, m in zip(proxies, maps):
+    # Each proxy's map read again just before: one proxy named twice (or
+    # under two spellings) was switched a moment ago.
+    for proxy in proxies:
+        m = read_maps([proxy])[0]
         if m[a.partition] != a.to:
             proxy.execute("SELECT idem_router_set_partition(%s, %s, new_shard => %s)",
                           (a.partition, a.to, a.to not in m.values()))
@@ -510,9 +577,11 @@ def main():
                                  " run again to resume")
     switched = time.monotonic()
 
-    # 4. clean up the source (the fence stays)
+    # 4. clean up the source (the fence stays; its deletions let this
+    # transaction's through)
     deleted = 0
     with src.transaction():
+        src.execute("SET LOCAL idem_move.cleanup = 'on'")
         for table, column in tables:
             deleted += src.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).rowcount

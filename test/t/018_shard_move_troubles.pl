@@ -141,7 +141,7 @@ cmp_ok($waited, '<', 3, '... within about the lock timeout (1 s)');
 finish_move($h);
 note($failed);
 isnt($? >> 8, 0, 'the move gives up when the lock is still held after its last try');
-like($failed, qr/the freeze on the source: no lock within lock_timeout 1s in 2 tries; nothing was changed there.*pid \d+ \(postgres, idle in transaction/s,
+like($failed, qr/the freeze on the source: no lock within lock_timeout 1s in 2 tries \(.*\); nothing was changed there.*pid \d+ \(postgres, idle in transaction/s,
 	'... and says so, naming the idle transaction that holds the lock');
 is($shards[0]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p2_of_4'}), '0',
 	'... leaving no fence on the source');
@@ -201,13 +201,17 @@ is($shards[0]->safe_psql('app', q{SELECT string_agg(concat_ws(' ', scope, id, am
 	"$s3 o1 10 n1 d, $s3 o2 20 n2 d", '... each value in its column of the same name on shard 0');
 
 # A move that failed between its copy and its switch resumes: the rerun
-# finds partition 0 frozen on shard 0 and shard 1 holding the same rows,
-# skips the copy, switches both proxies and cleans up.
+# finds partition 0 frozen on shard 0 and no proxy pointing at shard 1, so
+# shard 1's rows of it are an interrupted copy: made again, then both
+# proxies are switched and the source cleaned up.  Meanwhile the frozen
+# source refuses a business DELETE of the partition (the copy holds the
+# row) and a purge there skips its records.
+$shards[0]->safe_psql('app', "INSERT INTO shop.notes VALUES ('$s0', 'b0')");
 my $p0_records = $shards[0]->safe_psql('app',
 	q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0});
 {
 	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-copy';
-	($rc, $out) = move(partition => 0, to => $dsn[1]);
+	($rc, $out) = move(partition => 0, to => $dsn[1], args => [ '--table', 'shop.notes:scope' ]);
 }
 isnt($rc, 0, 'a move of partition 0 stopped between its copy and its switch');
 like($out, qr/stopped between the copy and the switch/, '... as the test asked');
@@ -218,18 +222,28 @@ is(map_of($proxy, 0), $dsn[0], '... and before the switch');
 $shards[0]->psql('app', "\\set VERBOSITY verbose\nSELECT idem_claim('k9', '\\x01', '30s', '$s0')",
 	stdout => \$o, stderr => \$e);
 like($e, qr/ERROR:  40001: partition 0 of 4 has moved/, '... so the partition is frozen on shard 0');
-($rc, $out) = move(partition => 0, to => $dsn[1]);
+($o, $e) = ('', '');
+$shards[0]->psql('app', "\\set VERBOSITY verbose\nDELETE FROM idempotency_records WHERE scope = '$s0' AND key = 'other'",
+	stdout => \$o, stderr => \$e);
+is($e, '', '... a DELETE of a frozen record is no error');
+is($shards[0]->safe_psql('app', "SELECT count(*) FROM idempotency_records WHERE scope = '$s0' AND key = 'other'"),
+	'1', '... and deletes nothing (a purge skips the partition there)');
+$shards[0]->psql('app', "\\set VERBOSITY verbose\nDELETE FROM shop.notes WHERE scope = '$s0'",
+	stdout => \$o, stderr => \$e);
+like($e, qr/ERROR:  40001: partition 0 of 4 has moved/, '... while a business DELETE of the partition is refused');
+($rc, $out) = move(partition => 0, to => $dsn[1], args => [ '--table', 'shop.notes:scope' ]);
 is($rc, 0, 'the rerun of the move succeeds');
-like($out, qr/resuming: partition 0 is frozen on the source and the target holds the same rows .*the copy is skipped.*partition 0 of 4 moved: .*idempotency_records" $p0_records\b/s,
-	'... skipping the copy, which the first run made');
+like($out, qr/resuming: partition 0 is frozen on the source and no proxy points at the target: its rows there \(.*\) are an interrupted copy, made again.*partition 0 of 4 moved: .*idempotency_records" $p0_records\b/s,
+	'... copying again in place of the interrupted copy');
 is(map_of($_, 0), $dsn[1], '... ' . $_->name . ' points partition 0 at shard 1') for @proxies;
 is($shards[0]->safe_psql('app', q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0}),
 	'0', '... and shard 0 holds none of its records any more');
 is($proxy->safe_psql('app', "SELECT status FROM idem_lookup('other', '$s0')"), 'processing',
 	'... which a lookup through the proxy finds on shard 1');
 
-# Rows on the target that are not the source's are no copy to build on:
-# partition 1 stops after its copy, then a copied record changes on shard 1.
+# An interrupted copy changed on the target since (by its relays or its
+# purge, say) is replaced by the source's rows: partition 1 stops after its
+# copy, then a copied record changes on shard 1.
 {
 	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-copy';
 	($rc, $out) = move(partition => 1, to => $dsn[1]);
@@ -237,10 +251,34 @@ is($proxy->safe_psql('app', "SELECT status FROM idem_lookup('other', '$s0')"), '
 like($out, qr/stopped between the copy and the switch/, 'a move of partition 1 stopped after its copy');
 $shards[1]->safe_psql('app', "UPDATE idempotency_records SET result = '{\"k\": 99}' WHERE scope = '$s1' AND key = 'k2'");
 ($rc, $out) = move(partition => 1, to => $dsn[1]);
-isnt($rc, 0, '... and after a copied row changed on the target, the rerun is refused');
-like($out, qr/the target holds rows of partition 1 already .* that differ from the source's in "public"\."idempotency_records"/,
-	'... saying which table differs');
-is(map_of($proxy, 1), $dsn[0], '... and nothing is switched');
+is($rc, 0, '... and after a copied row changed on the target, the rerun succeeds');
+is($shards[1]->safe_psql('app', "SELECT result FROM idempotency_records WHERE scope = '$s1' AND key = 'k2'"),
+	'{"k": 2}', '... with the source\'s row in place of the changed copy');
+is(map_of($_, 1), $dsn[1], '... and ' . $_->name . ' switched') for @proxies;
+
+# Rows of a partition on a target while the source is not frozen for it
+# are nobody's copy: partition 1 is on shard 1 now, and a record of it is
+# planted on shard 0 before a move back there.
+$shards[0]->safe_psql('app', "SET session_replication_role = replica;
+	INSERT INTO idempotency_records (scope, key, fingerprint, token, lease_expires_at, created_at, updated_at,
+	                                 expires_at, purge_after, status, attempts)
+	VALUES ('$s1', 'planted', '\\x01', 1, now(), now(), now(), now() + interval '1 day',
+	        now() + interval '1 day', 'processing', 1)");
+($rc, $out) = move(partition => 1, to => $dsn[0]);
+isnt($rc, 0, 'rows of a partition on a target whose source is not frozen for it are refused');
+like($out, qr/the target holds rows of partition 1 already .*the partition is not frozen on the source/,
+	'... saying so');
+is(map_of($proxy, 1), $dsn[1], '... and nothing is switched');
+$shards[0]->safe_psql('app', "SET session_replication_role = replica; DELETE FROM idempotency_records WHERE key = 'planted'");
+
+# Bad options are refused before anything is done.
+($rc, $out) = move(partition => 1, to => $dsn[0], args => ['--lock-retries', '-1']);
+is($rc, 2, 'a negative --lock-retries is refused');
+like($out, qr/--lock-retries must not be negative/, '... saying so');
+($rc, $out) = move(partition => 1, to => $dsn[0], args => ['--lock-timeout', '0']);
+isnt($rc, 0, 'a --lock-timeout of 0 is refused');
+like($out, qr/--lock-timeout must be more than 0/, '... saying so');
+is(map_of($proxy, 1), $dsn[1], '... and nothing is switched');
 
 # A move that stopped after one proxy's switch resumes too, although the
 # target has taken writes through that proxy since.
