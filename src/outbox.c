@@ -183,9 +183,10 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * others may wait for: upgrading its scope lock then could deadlock with
  * another transaction doing the same, and waiting for a whole other scope
  * while holding them could deadlock with any emitter of that scope that
- * waits for one of them.  Such a transaction takes a key lock per key
- * however many it emits to, and so waits only for the keys it emits to,
- * as single emits do.
+ * waits for one of them.  Such a transaction takes the scope's lock only if
+ * it is free at once, and otherwise a key lock per key however many it
+ * emits to, and so waits only for the keys it emits to, as single emits
+ * do.
  *
  * Two scopes whose hashes collide share one lock.  That costs only waits: a
  * bulk emit to one also waits for and holds off the emits of the other;
@@ -218,10 +219,21 @@ lock_scope_first(text *scope, int new_keys)
 						 OUTBOX_SCOPE_LOCK_CLASS);
 	if (idem_lock_held_by_me(&tag, ExclusiveLock))
 		return true;
-	if (new_keys > OUTBOX_BULK_KEYS && first)
+	if (new_keys > OUTBOX_BULK_KEYS)
 	{
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
-		return true;
+		if (first)
+		{
+			(void) LockAcquire(&tag, ExclusiveLock, false, false);
+			return true;
+		}
+		/*
+		 * Later in the transaction, only if nobody else holds the scope's
+		 * lock: granted without a wait, it closes no cycle of waits.
+		 * Otherwise a key lock per key, lest a big batch fill the shared
+		 * lock table.
+		 */
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			return true;
 	}
 	(void) LockAcquire(&tag, RowExclusiveLock, false, false);
 	return false;
