@@ -16,9 +16,10 @@ While clients keep calling through the proxies:
   1. freeze   on the source, in one transaction: triggers per table that
               refuse every INSERT, UPDATE and DELETE of a row of the
               partition with SQLSTATE 40001 (retryable: the caller retries
-              the call, which runs on the target once the map is switched);
-              a DELETE of a row of the extension's own tables (a purge's)
-              skips the row instead, which the target's purge then takes.
+              the call, which runs on the target once the map is switched;
+              a purge there fails so until the cleanup has removed the
+              rows).  One move of a partition runs at a time: an advisory
+              lock on the source, held for the run.
               Creating them waits for the transactions that are writing
               those tables and holds back new writers for that moment, so
               once it commits no row of the partition changes on the source
@@ -82,7 +83,8 @@ The freeze window (from the fence's commit to the switch's) is printed.
 A failure leaves the partition frozen on the source: run again after fixing
 the cause.  The rerun finds the source frozen for the partition (by this
 script's triggers, enabled, calling its functions) and then either a proxy
-points at the target already (the switch of another failed): the target is
+points at the target already, or an earlier run recorded on the target that
+it began to switch (idem_move.switched): the target is
 the partition's shard, whose rows its callers may have changed since, so
 the copy is skipped and the remaining proxies are switched; or none does:
 no caller can have written the target's rows of the partition, which are
@@ -115,6 +117,8 @@ import time
 import psycopg
 from psycopg import sql
 
+# The advisory lock class of a move (its key: the partition), on the source.
+MOVE_LOCK_CLASS = 7459
 # The extension's own tables and the column that routes their rows.
 OWN_TABLES = [("idempotency_records", "scope"), ("idem_inbox", "consumer"),
               ("idem_inbox_streams", "consumer")]
@@ -164,19 +168,15 @@ BEGIN
               DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
               HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
 END $$;
--- Deletions: a business row's is refused like any other write (it would be
--- lost: the copy has the row); the extension's own tables' rows are skipped
--- (a purge leaves them to the target's purge), so a purge goes on with the
--- shard's other rows and advances no token epoch for them.  The move's own
--- cleanup deletes them (idem_move.cleanup).
+-- Deletions are refused like any other write: a business row's would be
+-- lost (the copy has the row), a claim's reuse of a record is a write of the
+-- key, and a purge's is retried by the purge once the partition is gone.
+-- The move's own cleanup deletes them (idem_move.cleanup).
 CREATE OR REPLACE FUNCTION idem_move.refuse_delete() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('idem_move.cleanup', true) = 'on' THEN
         RETURN OLD;
-    END IF;
-    IF TG_ARGV[3] = 'skip' THEN
-        RETURN NULL;
     END IF;
     RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
         USING ERRCODE = 'serialization_failure',
@@ -285,14 +285,16 @@ def with_lock_timeout(conn, a, what, tables, work, after_failure):
             with conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)", (a.lock_timeout,))
                 return work()
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled,
-                psycopg.errors.DeadlockDetected) as e:
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected,
+                LockTimedOut) as e:
             held = blockers(conn, tables) or "none now"
             if attempt > a.lock_retries:
                 raise SystemExit("move_partition: %s: no lock within lock_timeout %s in %d tries"
                                  " (%s); %s. Sessions holding locks on the tables: %s. End them,"
                                  " or run again at a quieter time"
-                                 % (what, a.lock_timeout, attempt, e.diag.message_primary,
+                                 % (what, a.lock_timeout, attempt,
+                                    e.diag.message_primary if isinstance(e, psycopg.Error)
+                                    else e,
                                     after_failure, held))
             delay = min(0.5 * 2 ** (attempt - 1), 8.0)
             print("move_partition: %s: no lock within lock_timeout %s (try %d of %d; held by %s);"
@@ -302,14 +304,22 @@ def with_lock_timeout(conn, a, what, tables, work, after_failure):
     raise AssertionError("with_lock_timeout: no try ran")
 
 
+class LockTimedOut(Exception):
+    """The freeze's LOCK TABLE ran out of its time."""
+
+
 def lock_all(conn, tables, lock_timeout):
     """Every table's SHARE ROW EXCLUSIVE lock (CREATE TRIGGER's) in one
     statement, bounded as a whole by lock_timeout: taken one by one, the
     locks already held would hold writers back while a later one waits."""
+    saved = conn.execute("SELECT current_setting('statement_timeout')").fetchone()[0]
     conn.execute("SELECT set_config('statement_timeout', %s, true)", (lock_timeout,))
-    conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
-        sql.SQL(", ").join(t for t, _ in tables)))
-    conn.execute("SELECT set_config('statement_timeout', '0', true)")
+    try:
+        conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
+            sql.SQL(", ").join(t for t, _ in tables)))
+    except psycopg.errors.QueryCanceled as e:
+        raise LockTimedOut(e.diag.message_primary)
+    conn.execute("SELECT set_config('statement_timeout', %s, true)", (saved,))
 
 
 def fenced_triggers(conn, name, tables):
@@ -323,6 +333,29 @@ def fenced_triggers(conn, name, tables):
         "   AND p.proname IN ('refuse', 'refuse_outbox', 'refuse_delete')"
         "   AND t.tgrelid = ANY (%s::regclass[])",
         (name, name + "_delete", [t.as_string(conn) for t, _ in tables])).fetchone()[0]
+
+
+def switch_recorded(conn, partition, partitions):
+    """Whether an earlier run began to switch the proxies to this shard."""
+    if conn.execute("SELECT to_regclass('idem_move.switched')").fetchone()[0] is None:
+        return False
+    return conn.execute("SELECT EXISTS (SELECT FROM idem_move.switched WHERE partition = %s"
+                        " AND partitions = %s)", (partition, partitions)).fetchone()[0]
+
+
+def record_switch(conn, partition, partitions):
+    with conn.transaction():
+        conn.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
+        untrusted = [r[0] for r in conn.execute(UNTRUSTED).fetchall()]
+        if untrusted:
+            raise SystemExit("move_partition: the target's schema idem_move is not only yours or"
+                             " a superuser's: %s. Nothing was switched; drop it, or make it yours,"
+                             " and run again" % "; ".join(untrusted))
+        conn.execute("CREATE TABLE IF NOT EXISTS idem_move.switched (partition integer,"
+                     " partitions integer, PRIMARY KEY (partition, partitions))")
+        conn.execute("REVOKE ALL ON idem_move.switched FROM PUBLIC")
+        conn.execute("INSERT INTO idem_move.switched VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                     (partition, partitions))
 
 
 def read_maps(proxies):
@@ -415,6 +448,18 @@ def main():
     name = fence_name(a.partition, partitions)
 
     src = psycopg.connect(source, autocommit=True, application_name="idem-move")
+    # One move of the partition at a time: a second run that read the maps
+    # before the first switched would copy again over the writes made on the
+    # target since.  Held on the source until the end of the run; the maps
+    # are read again under it.
+    if not src.execute("SELECT pg_try_advisory_lock(%s, %s)",
+                       (MOVE_LOCK_CLASS, a.partition)).fetchone()[0]:
+        raise SystemExit("move_partition: another move of partition %d from this source is"
+                         " running; nothing was changed" % a.partition)
+    if [m.get(a.partition) for m in read_maps(proxies)] != entries:
+        raise SystemExit("move_partition: the map of partition %d changed while this run"
+                         " started (another move?); nothing was changed: run again"
+                         % a.partition)
     try:
         timeout = src.execute("SELECT set_config('lock_timeout', %s, false)",
                               (a.lock_timeout,)).fetchone()[0]
@@ -438,7 +483,6 @@ def main():
     tables = tables_of(src, schema, a.table, outbox)
     columns = columns_of(src, dst, tables)
     outbox_table = sql.Identifier(schema, OUTBOX[0])
-    own_tables = [sql.Identifier(schema, t) for t, _ in OWN_TABLES + ([OUTBOX] if outbox else [])]
 
     # A rerun after a failure: the source frozen for the partition (by this
     # script's fence), and either a proxy points at the target already (the
@@ -449,7 +493,7 @@ def main():
     # by the target's relays and purge), and the copy is made again in
     # their place.  Rows of the partition on a target without that fence on
     # the source are not ours to build on.
-    switched_one = a.to in entries
+    switched_one = a.to in entries or switch_recorded(dst, a.partition, partitions)
     held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
         table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
         for table, column in tables}
@@ -465,7 +509,8 @@ def main():
     recopy = not switched_one and any(held.values())
     if resume:
         print("move_partition: resuming: partition %d is frozen on the source and a proxy points"
-              " at the target already: the copy is skipped" % a.partition, flush=True)
+              " at the target already (or a run began to switch): the copy is skipped"
+              % a.partition, flush=True)
     elif recopy:
         print("move_partition: resuming: partition %d is frozen on the source and no proxy points"
               " at the target: its rows there (%s) are an interrupted copy, made again"
@@ -497,10 +542,9 @@ def main():
                     sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"), args))
             src.execute(sql.SQL(
                 "CREATE OR REPLACE TRIGGER {} BEFORE DELETE ON {} FOR EACH ROW WHEN ({})"
-                " EXECUTE FUNCTION idem_move.refuse_delete({}, {})").format(
+                " EXECUTE FUNCTION idem_move.refuse_delete({})").format(
                     sql.Identifier(name + "_delete"), table,
-                    in_partition(schema, column, a.partition, partitions, "old"), args,
-                    sql.Literal("skip" if table in own_tables else "refuse")))
+                    in_partition(schema, column, a.partition, partitions, "old"), args))
     started = time.monotonic()
     if not resume:
         with_lock_timeout(src, a, "the freeze on the source", tables, freeze,
@@ -562,6 +606,11 @@ def main():
         raise SystemExit("move_partition: stopped between the copy and the switch"
                          " (IDEM_MOVE_TEST_FAIL=after-copy, for the tests): run again to resume")
 
+    # Recorded on the target before the first switch: a rerun that does not
+    # name a proxy switched meanwhile must not take the target's rows, which
+    # that proxy's callers may have changed, for an interrupted copy.
+    record_switch(dst, a.partition, partitions)
+
     # 3. switch every proxy (before the cleanup: a proxy left behind would
     # send reads, which the fence does not refuse, to the emptied source)
     # Each proxy's map read again just before: one proxy named twice (or
@@ -585,6 +634,8 @@ def main():
         for table, column in tables:
             deleted += src.execute(sql.SQL("DELETE FROM {} WHERE {}").format(
                 table, in_partition(schema, column, a.partition, partitions))).rowcount
+    dst.execute("DELETE FROM idem_move.switched WHERE partition = %s AND partitions = %s",
+                (a.partition, partitions))
     print("move_partition: partition %d of %d moved: %s; freeze window %.0f ms (fence %.0f ms,"
           " copy and switch %.0f ms%s); %d rows deleted on the source"
           % (a.partition, partitions, ", ".join("%s %d" % kv for kv in copied.items()),
