@@ -229,7 +229,7 @@ is($shards[1]->safe_psql('jepsen', q{SELECT count(*) FROM idem_outbox_claim('rel
 $shards[1]->psql('jepsen', "\\set VERBOSITY verbose\nSELECT idem_outbox_ack(ARRAY['$held_id']::uuid[], 7)",
 	stdout => \$o, stderr => \$e);
 like($e, qr/ERROR:  40001: partition 5 of 16 has moved/, '... and an ack of it is refused with 40001');
-$shards[1]->safe_psql('jepsen', "DELETE FROM idem_outbox WHERE id = '$held_id'");
+$shards[1]->safe_psql('jepsen', "SET idem_move.cleanup = 'on'; DELETE FROM idem_outbox WHERE id = '$held_id'");
 my $later = $proxy->safe_psql('jepsen', "SELECT idem_outbox_emit('move', 'pending', '{\"n\": 2}', scope => '$scope')");
 is($shards[3]->safe_psql('jepsen', "SELECT count(*) FROM idem_outbox WHERE id = '$later'"), '1',
 	'an emit through the proxy after the move lands on shard 3');
