@@ -81,15 +81,18 @@ While clients keep calling through the proxies:
 
 The freeze window (from the fence's commit to the switch's) is printed.
 A failure leaves the partition frozen on the source: run again after fixing
-the cause.  The rerun finds the source frozen for the partition (by this
-script's triggers, enabled, calling its functions) and then either a proxy
-points at the target already, or an earlier run recorded on the target that
-it began to switch (idem_move.switched): the target is
-the partition's shard, whose rows its callers may have changed since, so
-the copy is skipped and the remaining proxies are switched; or none does:
-no caller can have written the target's rows of the partition, which are
-an interrupted copy (changed since, perhaps, by the target's relays and
-purge), so they are deleted and copied again in the copy's transaction.
+the cause.  The freeze records a run id on the source (idem_move.frozen,
+kept while the fence stays) and the copy records it on the target with the
+rows (idem_move.switched, deleted when the run ends).  The rerun finds the
+source frozen for the partition (by this script's triggers, enabled,
+calling its functions) and then either a proxy points at the target
+already, or the target recorded the copy of the run that froze the source:
+the copy committed and the target is the partition's shard (its relays,
+its purge and, once a proxy switched, its callers may have changed the rows
+since), so the copy is skipped and the proxies not yet switched are
+switched; or neither: no caller can have written the target's rows of the
+partition, which are an interrupted or older copy, so they are deleted and
+copied again in the copy's transaction.
 Rows of the partition on the target while the source is not frozen for it
 are refused.  (For the tests, IDEM_MOVE_TEST_FAIL=after-copy stops the run
 between the copy and the switch, IDEM_MOVE_TEST_FAIL=after-first-switch
@@ -143,6 +146,29 @@ SELECT format('%s may create objects in schema idem_move',
               CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END)
   FROM pg_namespace n, aclexplode(n.nspacl) a
  WHERE n.nspname = 'idem_move' AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+UNION ALL
+SELECT format('table %s is owned by %s', c.oid::regclass, c.relowner::regrole)
+  FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+ WHERE c.relnamespace = 'idem_move'::regnamespace AND NOT (r.rolsuper OR r.rolname = current_user)
+UNION ALL
+SELECT format('%s may write table %s', CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END,
+              c.oid::regclass)
+  FROM pg_class c, aclexplode(c.relacl) a
+ WHERE c.relnamespace = 'idem_move'::regnamespace AND a.grantee <> c.relowner
+   AND a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE')
+"""
+
+# The move's own bookkeeping, in schema idem_move: on the source, the run
+# that froze the partition (kept while the fence stays); on the target, that
+# run's copy committed there and its switch may have begun (deleted when the
+# run ends).  The shared run id keeps a target's record of another run from
+# passing for this one's.
+BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS idem_move.frozen (partition integer, partitions integer, run text NOT NULL,
+                                             PRIMARY KEY (partition, partitions));
+CREATE TABLE IF NOT EXISTS idem_move.switched (partition integer, partitions integer, run text NOT NULL,
+                                               PRIMARY KEY (partition, partitions));
+REVOKE ALL ON idem_move.frozen, idem_move.switched FROM PUBLIC;
 """
 
 REFUSE = """
@@ -335,27 +361,26 @@ def fenced_triggers(conn, name, tables):
         (name, name + "_delete", [t.as_string(conn) for t, _ in tables])).fetchone()[0]
 
 
-def switch_recorded(conn, partition, partitions):
-    """Whether an earlier run began to switch the proxies to this shard."""
-    if conn.execute("SELECT to_regclass('idem_move.switched')").fetchone()[0] is None:
-        return False
-    return conn.execute("SELECT EXISTS (SELECT FROM idem_move.switched WHERE partition = %s"
-                        " AND partitions = %s)", (partition, partitions)).fetchone()[0]
-
-
-def record_switch(conn, partition, partitions):
+def prepare_schema(conn, where):
+    """The schema idem_move and its bookkeeping, refused unless only the
+    mover or a superuser can change them (their functions run in writers'
+    sessions, their tables decide a rerun)."""
     with conn.transaction():
         conn.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
         untrusted = [r[0] for r in conn.execute(UNTRUSTED).fetchall()]
         if untrusted:
-            raise SystemExit("move_partition: the target's schema idem_move is not only yours or"
-                             " a superuser's: %s. Nothing was switched; drop it, or make it yours,"
-                             " and run again" % "; ".join(untrusted))
-        conn.execute("CREATE TABLE IF NOT EXISTS idem_move.switched (partition integer,"
-                     " partitions integer, PRIMARY KEY (partition, partitions))")
-        conn.execute("REVOKE ALL ON idem_move.switched FROM PUBLIC")
-        conn.execute("INSERT INTO idem_move.switched VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                     (partition, partitions))
+            raise SystemExit("move_partition: the %s's schema idem_move is not only yours or a"
+                             " superuser's: %s. Nothing was changed; drop it, or make it yours"
+                             % (where, "; ".join(untrusted)))
+        conn.execute(BOOKKEEPING)
+
+
+def run_of(conn, table, partition, partitions):
+    """The run recorded in idem_move.frozen or idem_move.switched, or None."""
+    row = conn.execute(sql.SQL("SELECT run FROM idem_move.{} WHERE partition = %s"
+                               " AND partitions = %s").format(sql.Identifier(table)),
+                       (partition, partitions)).fetchone()
+    return row[0] if row else None
 
 
 def read_maps(proxies):
@@ -493,11 +518,17 @@ def main():
     # by the target's relays and purge), and the copy is made again in
     # their place.  Rows of the partition on a target without that fence on
     # the source are not ours to build on.
-    switched_one = a.to in entries or switch_recorded(dst, a.partition, partitions)
+    prepare_schema(src, "source")
+    prepare_schema(dst, "target")
+    frozen_run = run_of(src, "frozen", a.partition, partitions)
+    switched_run = run_of(dst, "switched", a.partition, partitions)
+    switched_one = a.to in entries or (switched_run is not None and switched_run == frozen_run)
     held = {table.as_string(dst): dst.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(
         table, in_partition(schema, column, a.partition, partitions))).fetchone()[0]
         for table, column in tables}
-    frozen_before = fenced_triggers(src, name, tables) == 2 * len(tables)
+    frozen_before = (fenced_triggers(src, name, tables) == 2 * len(tables)
+                     and frozen_run is not None)
+    run = frozen_run if frozen_before else secrets.token_hex(8)
     if (any(held.values()) or switched_one) and not frozen_before:
         where = ", ".join("%s %d" % kv for kv in held.items() if kv[1])
         raise SystemExit("move_partition: %s, and the partition is not frozen on the source:"
@@ -523,14 +554,9 @@ def main():
     # readers too).  Run again on a rerun: it changes nothing then.
     def freeze():
         lock_all(src, tables, a.lock_timeout)
-        src.execute("CREATE SCHEMA IF NOT EXISTS idem_move")
-        untrusted = [r[0] for r in src.execute(UNTRUSTED).fetchall()]
-        if untrusted:
-            raise SystemExit("move_partition: the source's schema idem_move, which holds the"
-                             " fence's functions, is not only yours or a superuser's: %s."
-                             " Nothing was changed; drop it, or make it yours"
-                             % "; ".join(untrusted))
         src.execute(REFUSE)
+        src.execute("INSERT INTO idem_move.frozen VALUES (%s, %s, %s) ON CONFLICT (partition,"
+                    " partitions) DO UPDATE SET run = excluded.run", (a.partition, partitions, run))
         for table, column in tables:
             args = sql.SQL("{}, {}, {}").format(sql.Literal(str(a.partition)),
                                                 sql.Literal(str(partitions)), sql.Literal(column))
@@ -594,6 +620,11 @@ def main():
                                " AND tgname = %s)", (table.as_string(dst), trigger)).fetchone()[0]:
                     dst.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger),
                                                                        table))
+        dst.execute("DELETE FROM idem_move.frozen WHERE partition = %s AND partitions = %s",
+                    (a.partition, partitions))
+        # with the rows: the copy committed, and the switch may begin
+        dst.execute("INSERT INTO idem_move.switched VALUES (%s, %s, %s) ON CONFLICT (partition,"
+                    " partitions) DO UPDATE SET run = excluded.run", (a.partition, partitions, run))
         if outbox and copied[outbox_table.as_string(dst)]:
             dst.execute("NOTIFY idem_outbox")
 
@@ -605,11 +636,6 @@ def main():
     if os.environ.get("IDEM_MOVE_TEST_FAIL") == "after-copy":
         raise SystemExit("move_partition: stopped between the copy and the switch"
                          " (IDEM_MOVE_TEST_FAIL=after-copy, for the tests): run again to resume")
-
-    # Recorded on the target before the first switch: a rerun that does not
-    # name a proxy switched meanwhile must not take the target's rows, which
-    # that proxy's callers may have changed, for an interrupted copy.
-    record_switch(dst, a.partition, partitions)
 
     # 3. switch every proxy (before the cleanup: a proxy left behind would
     # send reads, which the fence does not refuse, to the emptied source)

@@ -201,8 +201,9 @@ is($shards[0]->safe_psql('app', q{SELECT string_agg(concat_ws(' ', scope, id, am
 	"$s3 o1 10 n1 d, $s3 o2 20 n2 d", '... each value in its column of the same name on shard 0');
 
 # A move that failed between its copy and its switch resumes: the rerun
-# finds partition 0 frozen on shard 0 and no proxy pointing at shard 1, so
-# shard 1's rows of it are an interrupted copy: made again, then both
+# finds partition 0 frozen on shard 0 by the run whose copy shard 1
+# recorded with its rows, so the copy is skipped (shard 1's rows are the
+# partition's now: its relays and purge may have changed them), both
 # proxies are switched and the source cleaned up.  Meanwhile the frozen
 # source refuses a DELETE of the partition's rows (a business row's, whose
 # copy would come back, and a record's) and a claim that reuses a released
@@ -238,25 +239,30 @@ $shards[0]->psql('app', "\\set VERBOSITY verbose\nDELETE FROM shop.notes WHERE s
 like($e, qr/ERROR:  40001: partition 0 of 4 has moved/, '... while a business DELETE of the partition is refused');
 ($rc, $out) = move(partition => 0, to => $dsn[1], args => [ '--table', 'shop.notes:scope' ]);
 is($rc, 0, 'the rerun of the move succeeds');
-like($out, qr/resuming: partition 0 is frozen on the source and no proxy points at the target: its rows there \(.*\) are an interrupted copy, made again.*partition 0 of 4 moved: .*idempotency_records" $p0_records\b/s,
-	'... copying again in place of the interrupted copy');
+like($out, qr/resuming: partition 0 is frozen on the source and a proxy points at the target already \(or a run began to switch\): the copy is skipped.*partition 0 of 4 moved: .*idempotency_records" $p0_records\b/s,
+	'... skipping the copy, which the first run committed');
 is(map_of($_, 0), $dsn[1], '... ' . $_->name . ' points partition 0 at shard 1') for @proxies;
 is($shards[0]->safe_psql('app', q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 0}),
 	'0', '... and shard 0 holds none of its records any more');
 is($proxy->safe_psql('app', "SELECT status FROM idem_lookup('other', '$s0')"), 'processing',
 	'... which a lookup through the proxy finds on shard 1');
 
-# An interrupted copy changed on the target since (by its relays or its
-# purge, say) is replaced by the source's rows: partition 1 stops after its
-# copy, then a copied record changes on shard 1.
+# Rows of the partition on the target that no record ties to the source's
+# freeze (an older run's, say) while no proxy points there: nobody can have
+# written them through a proxy, so the rerun copies again in their place.
+# Partition 1 stops after its copy; then the target's record of it names
+# another run, and a copied record changes on shard 1.
 {
 	local $ENV{IDEM_MOVE_TEST_FAIL} = 'after-copy';
 	($rc, $out) = move(partition => 1, to => $dsn[1]);
 }
 like($out, qr/stopped between the copy and the switch/, 'a move of partition 1 stopped after its copy');
+$shards[1]->safe_psql('app', "UPDATE idem_move.switched SET run = 'another run' WHERE partition = 1");
 $shards[1]->safe_psql('app', "UPDATE idempotency_records SET result = '{\"k\": 99}' WHERE scope = '$s1' AND key = 'k2'");
 ($rc, $out) = move(partition => 1, to => $dsn[1]);
 is($rc, 0, '... and after a copied row changed on the target, the rerun succeeds');
+like($out, qr/no proxy points at the target: its rows there \(.*\) are an interrupted copy, made again/,
+	'... copying again');
 is($shards[1]->safe_psql('app', "SELECT result FROM idempotency_records WHERE scope = '$s1' AND key = 'k2'"),
 	'{"k": 2}', '... with the source\'s row in place of the changed copy');
 is(map_of($_, 1), $dsn[1], '... and ' . $_->name . ' switched') for @proxies;
