@@ -38,9 +38,9 @@
  * transactions that emitted to the scope to end and keeps new ones out
  * until this one ends, and then needs no key lock of the scope.  Other
  * scopes (other tenants) do not wait for it, unless their hash collides.
- * Only a transaction's first emit may do so: a later one would wait for a
- * whole scope while holding locks, and could deadlock (see
- * lock_scope_first).
+ * Only a transaction's first emit may wait for that: a later one would wait
+ * for a whole scope while holding locks, and could deadlock; it takes the
+ * scope's lock only if it is free at once (see lock_scope_first).
  *
  * Relays are woken by NOTIFY idem_outbox, '' (idempotency.outbox_notify).
  * Async_Notify keeps a notification per distinct (channel, payload) and
@@ -101,7 +101,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_lock_key);
 
 /*
  * A transaction's first emit with more distinct keys than this locks every
- * locks every key of the scope at once instead of each.
+ * key of the scope at once instead of each.
  */
 #define OUTBOX_BULK_KEYS 256
 
