@@ -1362,10 +1362,10 @@ FROM PUBLIC;
  * The outbox in operations, security and tenant isolation (issue 15).
  *
  * idem_stuck lists, after the records, the outbox messages that need a
- * person: dead ones, and messages not yet published
+ * person: dead ones, messages not yet published
  * idempotency.outbox_stuck_after (5 minutes) after they became due (their
- * available_at, so that neither a delay nor a nack's back-off counts).  Its
- * columns
+ * available_at, so that neither a delay nor a nack's back-off counts), and
+ * failing ones emitted that long ago.  Its columns
  * stay those of 0.1.0 (key is the message key, status is NULL for a
  * message), followed by topic, message_id and outbox_status.  The kinds
  * of idem_grant that read idem_stuck now read idem_outbox too, and roles
@@ -1407,8 +1407,8 @@ BEGIN
                 WHEN o.available_at < clock_timestamp() - stuck_after THEN 'message not published'
                 ELSE 'message failing' END,
            clock_timestamp() - CASE WHEN o.status <> 'dead'
-                                     AND o.available_at >= clock_timestamp() - stuck_after
-                                    THEN o.created_at ELSE o.available_at END,
+                                     AND o.available_at < clock_timestamp() - stuck_after
+                                    THEN o.available_at ELSE o.created_at END,
            o.attempts, o.last_error,
            o.lease_expires_at, o.created_at, o.updated_at, o.aggregatetype::text, o.id, o.status
     FROM @extschema@.idem_outbox o

@@ -7,7 +7,7 @@
 -- timestamps back, not by waiting.  Everything, roles included, is rolled
 -- back.  Roles are regress_idem_obx_*.
 BEGIN;
-SELECT plan(49);
+SELECT plan(50);
 
 CREATE FUNCTION pg_temp.sqlstate_of(sql text) RETURNS text LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -112,6 +112,8 @@ SELECT results_eq($$SELECT key COLLATE "default" FROM idem_stuck WHERE topic = '
                   'idempotency.outbox_stuck_after sets the age');
 RESET idempotency.outbox_stuck_after;
 SELECT ok((SELECT age >= interval '10 minutes' FROM idem_stuck WHERE message_id = pg_temp.id('old')), 'with its age');
+SELECT ok((SELECT age >= interval '0' FROM idem_stuck WHERE message_id = pg_temp.id('dead')),
+          'a dead message has an age too, since its emit');
 -- a live message is stuck when it has been due that long, not by its emit:
 -- a delayed one is not listed before it is due (emitted 10 minutes ago);
 -- one due for 19 minutes is, with that age; so is one in flight whose lease
