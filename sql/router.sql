@@ -8,10 +8,13 @@
 SET client_min_messages = warning;
 -- Not in a schema whose name needs quoting: PL/Proxy's RUN ON cannot
 -- quote it (nothing is left behind).
+-- (without CONTEXT: from 18 on it names the extension script's line too)
+\set SHOW_CONTEXT never
 CREATE SCHEMA "Router X";
 CREATE EXTENSION idempotency_router SCHEMA "Router X" CASCADE;
 CREATE SCHEMA "all";
 CREATE EXTENSION idempotency_router SCHEMA "all" CASCADE;
+\set SHOW_CONTEXT errors
 SELECT count(*) AS extensions FROM pg_extension WHERE extname IN ('idempotency_router', 'plproxy');
 DROP SCHEMA "Router X", "all";
 CREATE SCHEMA router;
