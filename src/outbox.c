@@ -130,14 +130,17 @@ scope_hash(text *scope)
 							   VARSIZE_ANY_EXHDR(scope), 0);
 }
 
-/* The same (scope, topic, key) always hashes the same within a server. */
+/*
+ * The same (scope, topic, key) always hashes the same within a server; the
+ * scope's own hash is its seed, computed once per call.
+ */
 static uint64
-key_lock_hash(text *scope, text *topic, text *key)
+key_lock_hash(uint64 scope_seed, text *topic, text *key)
 {
-	uint64		hash = scope_hash(scope);
+	uint64		hash;
 
 	hash = hash_bytes_extended((const unsigned char *) VARDATA_ANY(topic),
-							   VARSIZE_ANY_EXHDR(topic), hash);
+							   VARSIZE_ANY_EXHDR(topic), scope_seed);
 	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
 							   VARSIZE_ANY_EXHDR(key), hash);
 }
@@ -197,10 +200,9 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * backend's own lock table.
  */
 static bool
-lock_scope_first(text *scope, int new_keys)
+lock_scope_first(uint64 hash, int new_keys)
 {
 	static bool callback_registered = false;
-	uint64		hash = scope_hash(scope);
 	LOCKTAG		tag;
 	bool		first = !outbox_locked_in_xact;
 
@@ -252,8 +254,10 @@ lock_key(uint64 hash)
 static void
 lock_one_key(text *scope, text *topic, text *key)
 {
-	if (!lock_scope_first(scope, 1))
-		lock_key(key_lock_hash(scope, topic, key));
+	uint64		seed = scope_hash(scope);
+
+	if (!lock_scope_first(seed, 1))
+		lock_key(key_lock_hash(seed, topic, key));
 }
 
 static int
@@ -587,15 +591,16 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 	if (n > 0)
 	{
 		uint64	   *hashes = palloc(sizeof(uint64) * n);
+		uint64		seed = scope_hash(scope);
 		int			distinct = 0;
 
 		for (int i = 0; i < n; i++)
-			hashes[i] = key_lock_hash(scope, topic, DatumGetTextPP(keys[i]));
+			hashes[i] = key_lock_hash(seed, topic, DatumGetTextPP(keys[i]));
 		qsort(hashes, n, sizeof(uint64), compare_hashes);
 		for (int i = 0; i < n; i++)
 			if (i == 0 || hashes[i] != hashes[i - 1])
 				hashes[distinct++] = hashes[i];
-		if (!lock_scope_first(scope, distinct))
+		if (!lock_scope_first(seed, distinct))
 			for (int i = 0; i < distinct; i++)
 				lock_key(hashes[i]);
 		pfree(hashes);

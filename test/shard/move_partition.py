@@ -171,38 +171,26 @@ CREATE TABLE IF NOT EXISTS idem_move.switched (partition integer, partitions int
 REVOKE ALL ON idem_move.frozen, idem_move.switched FROM PUBLIC;
 """
 
+# The fence, one trigger function for every table and operation.  The
+# outbox's fence (a fourth argument) is gentler to relays: a relay's claim
+# (a message made in_flight) skips the row, so the source hands no message
+# of the partition out again and its relays go on with the shard's other
+# messages.  Deletions are refused like any other write: a business row's
+# would be lost (the copy has the row), a claim's reuse of a record is a
+# write of the key, and a purge's is retried by the purge once the
+# partition is gone; the move's own cleanup deletes them (idem_move.cleanup).
 REFUSE = """
 CREATE OR REPLACE FUNCTION idem_move.refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
-        USING ERRCODE = 'serialization_failure',
-              DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
-              HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
-END $$;
--- The outbox's: a relay's claim (a message made in_flight) skips the row,
--- so the source hands no message of the partition out again and its relays
--- go on with the shard's other messages; every other write is refused.
-CREATE OR REPLACE FUNCTION idem_move.refuse_outbox() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP = 'UPDATE' AND NEW.status::text = 'in_flight' THEN
-        RETURN NULL;
-    END IF;
-    RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
-        USING ERRCODE = 'serialization_failure',
-              DETAIL = format('Table %s, row of %s.', TG_TABLE_NAME, TG_ARGV[2]),
-              HINT = 'Retry the call: the proxy sends it to the partition''s new shard.';
-END $$;
--- Deletions are refused like any other write: a business row's would be
--- lost (the copy has the row), a claim's reuse of a record is a write of the
--- key, and a purge's is retried by the purge once the partition is gone.
--- The move's own cleanup deletes them (idem_move.cleanup).
-CREATE OR REPLACE FUNCTION idem_move.refuse_delete() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF current_setting('idem_move.cleanup', true) = 'on' THEN
+    IF TG_OP = 'DELETE' AND current_setting('idem_move.cleanup', true) = 'on' THEN
         RETURN OLD;
+    END IF;
+    IF TG_OP = 'UPDATE' AND TG_NARGS > 3 THEN
+        -- (nested: only the outbox has the column)
+        IF NEW.status::text = 'in_flight' THEN
+            RETURN NULL;
+        END IF;
     END IF;
     RAISE EXCEPTION 'partition % of % has moved to another shard', TG_ARGV[0], TG_ARGV[1]
         USING ERRCODE = 'serialization_failure',
@@ -356,7 +344,7 @@ def fenced_triggers(conn, name, tables):
         "SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
         "  JOIN pg_namespace n ON n.oid = p.pronamespace"
         " WHERE t.tgname IN (%s, %s) AND t.tgenabled <> 'D' AND n.nspname = 'idem_move'"
-        "   AND p.proname IN ('refuse', 'refuse_outbox', 'refuse_delete')"
+        "   AND p.proname = 'refuse'"
         "   AND t.tgrelid = ANY (%s::regclass[])",
         (name, name + "_delete", [t.as_string(conn) for t, _ in tables])).fetchone()[0]
 
@@ -558,19 +546,16 @@ def main():
         src.execute("INSERT INTO idem_move.frozen VALUES (%s, %s, %s) ON CONFLICT (partition,"
                     " partitions) DO UPDATE SET run = excluded.run", (a.partition, partitions, run))
         for table, column in tables:
-            args = sql.SQL("{}, {}, {}").format(sql.Literal(str(a.partition)),
-                                                sql.Literal(str(partitions)), sql.Literal(column))
-            src.execute(sql.SQL(
-                "CREATE OR REPLACE TRIGGER {} BEFORE INSERT OR UPDATE ON {} FOR EACH ROW WHEN ({})"
-                " EXECUTE FUNCTION idem_move.{}({})").format(
-                    sql.Identifier(name), table,
-                    in_partition(schema, column, a.partition, partitions, "new"),
-                    sql.Identifier("refuse_outbox" if table == outbox_table else "refuse"), args))
-            src.execute(sql.SQL(
-                "CREATE OR REPLACE TRIGGER {} BEFORE DELETE ON {} FOR EACH ROW WHEN ({})"
-                " EXECUTE FUNCTION idem_move.refuse_delete({})").format(
-                    sql.Identifier(name + "_delete"), table,
-                    in_partition(schema, column, a.partition, partitions, "old"), args))
+            args = sql.SQL(", ").join(
+                [sql.Literal(str(a.partition)), sql.Literal(str(partitions)), sql.Literal(column)]
+                + ([sql.Literal("outbox")] if table == outbox_table else []))
+            for trigger, when, row in ((name, "INSERT OR UPDATE", "new"),
+                                       (name + "_delete", "DELETE", "old")):
+                src.execute(sql.SQL(
+                    "CREATE OR REPLACE TRIGGER {} BEFORE {} ON {} FOR EACH ROW WHEN ({})"
+                    " EXECUTE FUNCTION idem_move.refuse({})").format(
+                        sql.Identifier(trigger), sql.SQL(when), table,
+                        in_partition(schema, column, a.partition, partitions, row), args))
     started = time.monotonic()
     if not resume:
         with_lock_timeout(src, a, "the freeze on the source", tables, freeze,
