@@ -8,7 +8,9 @@
 MAIN = idempotency
 ROUTER = idempotency_router
 EXTENSION = $(MAIN) $(ROUTER)
-EXTVERSION = 0.2.0
+EXTVERSION = 0.3.0
+# The router's SQL has not changed since 0.2.0.
+ROUTER_VERSION = 0.2.0
 
 MODULE_big = idempotency
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
@@ -20,8 +22,9 @@ HEADERS = src/idempotency.h
 # install and an updated one cannot drift apart (test/t/009_upgrade.pl compares
 # their catalogs and checks that an update keeps the data; sql/upgrade_chain.sql
 # walks the chain).
-UPGRADE_CHAIN = sql/$(MAIN)--0.1.0.sql sql/$(MAIN)--0.1.0--0.2.0.sql
-DATA = $(UPGRADE_CHAIN) sql/$(ROUTER)--$(EXTVERSION).sql
+UPGRADE_CHAIN = sql/$(MAIN)--0.1.0.sql sql/$(MAIN)--0.1.0--0.2.0.sql \
+	sql/$(MAIN)--0.2.0--0.3.0.sql
+DATA = $(UPGRADE_CHAIN) sql/$(ROUTER)--$(ROUTER_VERSION).sql
 DATA_built = sql/$(MAIN)--$(EXTVERSION).sql
 
 # Tests are found by wildcard: adding a file is enough.

@@ -56,12 +56,16 @@ SELECT key, token, status FROM idempotency_records WHERE key = 'chain';
 DELETE FROM idempotency_records WHERE key = 'chain';
 SELECT outcome, token FROM idem_claim('chain', '\x01', '1 hour');
 
+ALTER EXTENSION idempotency UPDATE TO '0.3.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT sql_version, library_version FROM idem_version();
+
 -- an SQL version the library does not know is refused, with a hint
 UPDATE pg_extension SET extversion = '99.0.0' WHERE extname = 'idempotency';
 \c idem_upgrade_chain
 SELECT sql_version, library_version FROM idem_version();
 SELECT idem_lookup('chain');
-UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'idempotency';
+UPDATE pg_extension SET extversion = '0.3.0' WHERE extname = 'idempotency';
 
 \c :regress_db
 DROP DATABASE idem_upgrade_chain;

@@ -64,7 +64,7 @@
 #endif
 
 /* The versions of the SQL objects this library serves, oldest first. */
-static const char *const supported_sql_versions[] = {"0.1.0", IDEM_LIBRARY_VERSION};
+static const char *const supported_sql_versions[] = {"0.1.0", "0.2.0", IDEM_LIBRARY_VERSION};
 
 PG_FUNCTION_INFO_V1(idem_version);
 

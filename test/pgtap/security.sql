@@ -110,7 +110,7 @@ SELECT results_eq(
 -- the script itself
 CREATE TEMP TABLE install_script AS
 SELECT pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
-                    || '/extension/idempotency--0.2.0.sql') AS body;
+                    || '/extension/idempotency--' || (SELECT default_version FROM pg_available_extensions WHERE name = 'idempotency') || '.sql') AS body;
 SELECT ok((SELECT body !~* '\mCREATE\s+(ROLE|USER|GROUP)\M' AND body !~* '\mALTER\s+(ROLE|USER)\M'
            FROM install_script),
           'the install script creates and alters no role');

@@ -228,7 +228,7 @@ is(count_in_log($node, qr/ERROR:  no deletes today/, $offset),
 is(count_in_log($node, qr/exited with exit code 1/, $offset),
 	0, 'and no run exits with an error code');
 $offset = -s $node->logfile;
-$node->safe_psql('dv', q{UPDATE pg_extension SET extversion = '0.2.0'
+$node->safe_psql('dv', q{UPDATE pg_extension SET extversion = '0.3.0'
 	WHERE extname = 'idempotency'});
 $node->safe_psql('df', 'DROP TRIGGER fail_delete ON idempotency_records');
 ok(purged('df', 'k1'), 'after the cause goes, the database is purged');
