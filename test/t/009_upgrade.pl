@@ -451,7 +451,23 @@ CREATE EXTENSION idempotency VERSION '0.1.0';
 SELECT idem_grant('client', 'app'), idem_grant('consumer', 'app'), idem_grant('maintenance', 'ops'),
        idem_grant('monitor', 'ops'), idem_grant('reader', '"Read Only"');
 SQL
-	$node->safe_psql($db, q{ALTER EXTENSION idempotency UPDATE TO '0.2.0'}) if $from eq '0.2.0';
+	if ($from eq '0.2.0')
+	{
+		# Grants made at 0.2.0 stay ordinary grants, column privileges and
+		# grant options too; a grant made onward by a role with its grant
+		# option would be lost, so the update refuses until it is gone.
+		$node->safe_psql($db, q{
+			ALTER EXTENSION idempotency UPDATE TO '0.2.0';
+			GRANT SELECT (scope, aggregateid) ON idem_outbox TO "Read Only";
+			GRANT EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) TO ops WITH GRANT OPTION;
+			SET ROLE ops;
+			GRANT EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) TO dashboard});
+		my (undef, undef, $refused) = $node->psql($db, 'ALTER EXTENSION idempotency UPDATE');
+		like($refused, qr/ERROR:  cannot make the initial privileges of function idem_inbox_accept_many\(.*\) ordinary grants\n.*DETAIL:  Role "ops" granted privileges on it to role "dashboard"/s,
+			'the update refuses while a role holds a privilege granted onward by another');
+		$node->safe_psql($db, q{
+			SET ROLE ops; REVOKE EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) FROM dashboard});
+	}
 	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
 	is($node->safe_psql($db, $initprivs_sql), $fresh_initprivs,
 		"from $from: the initial privileges of every member are a fresh install's");
