@@ -407,9 +407,8 @@ grantee_name(Oid grantee)
  * The statements that bring the slot's ACL from "from" to "to", granted by
  * the owner, a role at a time: what a role holds and should not is revoked
  * (its grant options alone, if it keeps the privileges), what it should
- * hold and does not is granted.  Each grant of a role that keeps something
- * is made even if it holds it already, so that the last statement leaves
- * the ACL "to" whatever "from" was.
+ * hold and does not is granted.  What a role keeps is granted even if it
+ * holds it already, so that a "to" with items always gets a statement.
  */
 static List *
 acl_statements(List *statements, const GrantSlot *slot, const char *target,
@@ -472,16 +471,17 @@ make_slot_ordinary(const GrantSlot *slot, Grants initial)
 		column = quote_identifier(get_attname(slot->objid, slot->attnum, false));
 
 	/*
-	 * Inside the script: the ACL becomes "initial", and the last statement
-	 * records it.  Without items, it must end without items: a column's
-	 * then has no initial privileges (a grant and a revoke, so that the
-	 * revoke changes the column and records that), an object's has none
-	 * (revoking what PUBLIC does not hold).
+	 * Inside the script: the ACL becomes "initial".  Each statement records
+	 * the ACL it leaves, and the last leaves "initial"; when that has no
+	 * items, one more statement makes sure something is recorded: for a
+	 * column a grant and a revoke (only a revoke that changes the column
+	 * records, and then no initial privileges), for an object the revoke
+	 * of what PUBLIC does not hold.
 	 */
 	now = current_acl(slot->classid, slot->objid, slot->attnum, &owner);
 	statements = acl_statements(NIL, slot, target, column, now, initial);
 	if (initial.n > 0)
-		;						/* the last grant records it */
+		;						/* its items are granted: a statement */
 	else if (column != NULL)
 	{
 		statements = lappend(statements, psprintf("GRANT SELECT (%s) ON %s TO PUBLIC", column, target));
