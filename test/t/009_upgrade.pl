@@ -18,8 +18,15 @@
 #      search_path), ACLs, comments, columns, indexes, constraints,
 #      triggers, policies, types, views, sequences, config dumps and
 #      built-in rows, and the same pg_dump --schema-only --binary-upgrade
-#      (which writes out every member object).  Whatever later work appends
-#      to the upgrade script is compared the same way.
+#      (which writes out every member object), and the same initial
+#      privileges (pg_init_privs).  Whatever later work appends to the
+#      upgrade script is compared the same way.  Databases "granted_010"
+#      and "granted_020" (created at 0.1.0 with roles of idem_grant's
+#      client, consumer, maintenance, monitor and reader kinds, one of them
+#      updated to 0.2.0 first), updated: their initial privileges are a
+#      fresh install's, and restored from pg_dump into new databases, every
+#      member has its privileges again and the consumer, the reader and the
+#      maintenance role use what 0.2.0's update granted them (issue 25).
 #   3. The outbox in a database created at 0.1.0 and updated, on a server
 #      that preloads the library (for idem_stats): emit, emit_batch, claim,
 #      ack, nack, retry, its rows of idem_stuck and its counters; and a
@@ -347,6 +354,9 @@ my %catalog = (
         SELECT concat_ws(' ', seqrelid::regclass, seqtypid::regtype, seqstart, seqincrement, seqmax, seqmin,
                          seqcache, seqcycle)
           FROM pg_sequence WHERE seqrelid IN (SELECT objid FROM m WHERE classid = 'pg_class'::regclass)},
+	initprivs => q{
+        SELECT pg_describe_object(i.classoid, i.objoid, i.objsubid) || ' ' || i.privtype::text || ' ' || i.initprivs::text
+          FROM pg_init_privs i JOIN m ON m.classid = i.classoid AND m.objid = i.objoid},
 	comments => q{
         SELECT pg_describe_object(d.classoid, d.objoid, d.objsubid) || ': ' || d.description
           FROM pg_description d WHERE (d.classoid, d.objoid) IN (SELECT classid, objid FROM m)},
@@ -392,6 +402,104 @@ like($chained_dump, qr/CREATE FUNCTION public\.idem_claim/, 'the binary-upgrade 
 is($chained_dump, schema_dump('fresh', '--binary-upgrade'),
 	'pg_dump --schema-only --binary-upgrade: the same for both');
 is(schema_dump('chained'), schema_dump('fresh'), 'pg_dump --schema-only: the same for both');
+
+# The grants of 0.2.0's update (the outbox for the readers, monitors and
+# maintenance roles of idem_grant, the batch inbox for its consumers) are
+# ordinary grants after the update to 0.3.0: the initial privileges of every
+# member are a fresh install's, and a dump restored elsewhere gives every
+# role what it had (issue 25).  Once updated straight from 0.1.0, once from
+# a database that was at 0.2.0; the roles exist in the whole cluster.
+my $acls_sql = q{
+    SELECT coalesce(string_agg(line, E'\n' ORDER BY line), '') FROM (
+        SELECT pg_describe_object(m.classid, m.objid, 0) || ' '
+               || (SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(x.acl) a)
+          FROM m JOIN (
+               SELECT 'pg_class'::regclass, oid,
+                      coalesce(relacl, acldefault((CASE relkind WHEN 'S' THEN 's' ELSE 'r' END)::"char", relowner))
+                 FROM pg_class
+               UNION ALL SELECT 'pg_proc'::regclass, oid, coalesce(proacl, acldefault('f', proowner)) FROM pg_proc
+               UNION ALL SELECT 'pg_type'::regclass, oid, coalesce(typacl, acldefault('T', typowner)) FROM pg_type
+               UNION ALL SELECT 'pg_namespace'::regclass, oid, coalesce(nspacl, acldefault('n', nspowner))
+                 FROM pg_namespace) x(classid, objid, acl) ON x.classid = m.classid AND x.objid = m.objid
+        UNION ALL
+        SELECT pg_describe_object('pg_class'::regclass, a.attrelid, a.attnum) || ' '
+               || (SELECT string_agg(i::text, ',' ORDER BY i::text) FROM unnest(a.attacl) i)
+          FROM pg_attribute a JOIN m ON m.classid = 'pg_class'::regclass AND m.objid = a.attrelid
+         WHERE a.attnum > 0 AND a.attacl IS NOT NULL) s(line)};
+# The output, or the error: a role that lost a privilege fails the test
+# and the test goes on.
+sub psql_or_error
+{
+	my ($db, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql($db, $sql);
+	return $ret == 0 ? $out : $err;
+}
+my $initprivs_sql = "$members SELECT coalesce(string_agg(line, E'\\n' ORDER BY line), '') FROM ($catalog{initprivs}) AS s(line)";
+my $fresh_initprivs = $node->safe_psql('fresh', $initprivs_sql);
+is( $node->safe_psql('fresh', qq{$members
+		SELECT count(*) FROM m JOIN pg_init_privs i ON i.classoid = m.classid AND i.objoid = m.objid,
+		       aclexplode(i.initprivs) a
+		 WHERE a.grantee NOT IN (0, (SELECT extowner FROM pg_extension WHERE extname = 'idempotency'))}),
+	'0', 'a fresh install\'s initial privileges name only the owner and PUBLIC');
+$node->safe_psql('postgres', q{CREATE ROLE "Read Only" LOGIN});
+for my $from ('0.1.0', '0.2.0')
+{
+	my $db = 'granted_' . ($from =~ s/\.//gr);
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, <<'SQL');
+CREATE EXTENSION idempotency VERSION '0.1.0';
+SELECT idem_grant('client', 'app'), idem_grant('consumer', 'app'), idem_grant('maintenance', 'ops'),
+       idem_grant('monitor', 'ops'), idem_grant('reader', '"Read Only"');
+SQL
+	if ($from eq '0.2.0')
+	{
+		# Grants made at 0.2.0 stay ordinary grants, column privileges and
+		# grant options too; a grant made onward by a role with its grant
+		# option would be lost, so the update refuses until it is gone.
+		$node->safe_psql($db, q{
+			ALTER EXTENSION idempotency UPDATE TO '0.2.0';
+			GRANT SELECT (scope, aggregateid) ON idem_outbox TO "Read Only";
+			GRANT EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) TO ops WITH GRANT OPTION;
+			SET ROLE ops;
+			GRANT EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) TO dashboard});
+		my (undef, undef, $refused) = $node->psql($db, 'ALTER EXTENSION idempotency UPDATE');
+		like($refused, qr/ERROR:  cannot make the initial privileges of function idem_inbox_accept_many\(.*\) ordinary grants\n.*DETAIL:  Role "ops" granted privileges on it to role "dashboard"/s,
+			'the update refuses while a role holds a privilege granted onward by another');
+		$node->safe_psql($db, q{
+			SET ROLE ops; REVOKE EXECUTE ON FUNCTION idem_inbox_accept_many(text, text[], interval, boolean) FROM dashboard});
+	}
+	$node->safe_psql($db, 'ALTER EXTENSION idempotency UPDATE');
+	is($node->safe_psql($db, $initprivs_sql), $fresh_initprivs,
+		"from $from: the initial privileges of every member are a fresh install's");
+
+	# a dead message and a published one
+	$node->safe_psql($db, q{
+		SET idempotency.outbox_max_attempts = 1;
+		SELECT idem_outbox_emit('orders', 'o-dead', '{}'), idem_outbox_emit('orders', 'o-done', '{}');
+		CREATE TEMP TABLE batch AS SELECT * FROM idem_outbox_claim('relay', 10);
+		SELECT idem_outbox_ack(ARRAY(SELECT id FROM batch WHERE aggregateid = 'o-done'), (SELECT max(token) FROM batch));
+		SELECT idem_outbox_nack(id, token, '{"error": "poison"}') FROM batch WHERE aggregateid = 'o-dead'});
+	my $restored = "${db}_restored";
+	my $file = PostgreSQL::Test::Utils::tempdir . "/$db.dump";
+	$node->command_ok([ 'pg_dump', '-Fc', '-f', $file, '-d', $node->connstr($db) ], "from $from: pg_dump -Fc");
+	$node->safe_psql('postgres', "CREATE DATABASE $restored");
+	$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr($restored), $file ],
+		"from $from: pg_restore into a new database");
+	is($node->safe_psql($restored, "$members $acls_sql"), $node->safe_psql($db, "$members $acls_sql"),
+		"from $from: after the restore every member and column has the privileges it had");
+	is( psql_or_error($restored, q{
+			SET ROLE app; SELECT string_agg(m, ',' ORDER BY m) FROM idem_inbox_accept_many('billing', '{m-1,m-2}') m}),
+		'm-1,m-2', "from $from: the consumer calls idem_inbox_accept_many after the restore");
+	is( psql_or_error($restored, q{
+			SET ROLE "Read Only";
+			SELECT string_agg(reason || ' ' || key, ',') FROM idem_stuck WHERE message_id IS NOT NULL}),
+		'dead message o-dead', "from $from: the reader's idem_stuck lists the dead message");
+	is( psql_or_error($restored, q{
+			SELECT pg_sleep(1.1);
+			SET ROLE ops; SET idempotency.outbox_retention = 1; SELECT idem_purge();
+			RESET ROLE; SELECT string_agg(aggregateid || ' ' || status, ',') FROM idem_outbox}),
+		"\n1\no-dead dead", "from $from: the maintenance role's idem_purge purges the published message");
+}
 
 # Restoring the dump of 0.1.0 into this build.  pg_dump writes CREATE
 # EXTENSION without a version, so a plain restore makes 0.2.0, and the
