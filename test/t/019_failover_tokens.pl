@@ -91,7 +91,7 @@ is($standby->safe_psql('postgres', 'SELECT last_value FROM idem_token_timeline')
 	'the new timeline is recorded');
 cmp_ok($epoch, '>=', 2**24, "the epoch moved on by 2^24 ($epoch)");
 is($new_token, ($epoch << 16) + 1, "the retry's token is the first of that epoch");
-my @moves = ($standby->log_content =~ /idempotency token epoch moved from \d+ to \d+ for timeline $timeline/g);
+my @moves = (slurp_file($standby->logfile) =~ /idempotency token epoch moved from \d+ to \d+ for timeline $timeline/g);
 is(scalar @moves, 1, 'the log says so, once');
 $standby->safe_psql('postgres', q{SELECT idem_claim('after', '\x04', '1 hour')});
 is($standby->safe_psql('postgres', 'SELECT last_value FROM idem_token_epoch'), $epoch,
