@@ -14,13 +14,14 @@
 -- ---------------------------------------------------------------------------
 
 /*
- * The policies made from idem_tenant_members and idem_global_reconcilers are
- * rebuilt one transaction at a time.  Their triggers read the table and
- * pg_policy and then drop and create the policies; two transactions that
- * changed a table at once read before either waited for the other's locks on
- * the policies' tables, so the second failed with 42710 (no policy yet) or
- * made the policies from a list without the first one's rows (a role that
- * idem_tenant_members names was in no policy, a revoked one stayed in them).
+ * The policies naming the roles of idem_tenant_members and of
+ * idem_global_reconcilers are rebuilt one transaction at a time.  Their
+ * triggers read the table and pg_policy and then drop and create the
+ * policies; two transactions that changed a table at once both read before
+ * either waited for the other's locks on the policies' tables, so the second
+ * failed with 42710 (no policy yet) or made the policies from a list without
+ * the first one's rows (a role that idem_tenant_members names was in no
+ * policy, a revoked one stayed in them).
  *
  * Each trigger now takes ACCESS EXCLUSIVE on idempotency_records, the first
  * table whose policies either of them rebuilds (and in the order both took
@@ -31,9 +32,9 @@
  * another rebuild's commit fails with 40001 (idem_refuse_stale_snapshot,
  * src/tenants.c).  Every change of the tables, by the functions below or by
  * INSERT, UPDATE, DELETE, TRUNCATE or COPY (a restore), fires the same
- * statement trigger.  A lock on the members' table itself would not do:
- * the trigger fires after its statement took ROW EXCLUSIVE there, and two
- * writers each asking for more would deadlock.
+ * statement trigger.  SHARE ROW EXCLUSIVE on the table itself would not
+ * do: the trigger fires after its statement took ROW EXCLUSIVE there, and
+ * two writers each asking for more would deadlock.
  *
  * The roles are printed as regrole, which reads the catalog as it is now (a
  * REPEATABLE READ snapshot may predate a role created since) and prints a
