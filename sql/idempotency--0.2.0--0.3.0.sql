@@ -13,6 +13,258 @@
 -- Issue 25: the tenants' policies rebuilt under a lock (section "tenants")
 -- ---------------------------------------------------------------------------
 
+/*
+ * The policies naming the roles of idem_tenant_members and of
+ * idem_global_reconcilers are rebuilt one transaction at a time.  Their
+ * triggers read the table and pg_policy and then drop and create the
+ * policies; two transactions that changed a table at once both read before
+ * either waited for the other's locks on the policies' tables, so the second
+ * failed with 42710 (no policy yet) or made the policies from a list without
+ * the first one's rows (a role that idem_tenant_members names was in no
+ * policy, a revoked one stayed in them).
+ *
+ * Each trigger now takes ACCESS EXCLUSIVE on idempotency_records, the first
+ * table whose policies either of them rebuilds (and in the order both took
+ * it before), before it reads anything, and holds it to the end of the
+ * transaction.  Under READ COMMITTED each statement after the wait has a new
+ * snapshot, so the list read is the committed one (plus the transaction's
+ * own changes); under REPEATABLE READ and SERIALIZABLE a snapshot older than
+ * another rebuild's commit fails with 40001 (idem_refuse_stale_snapshot,
+ * src/tenants.c).  Every change of the tables, by the functions below or by
+ * INSERT, UPDATE, DELETE, TRUNCATE or COPY (a restore), fires the same
+ * statement trigger.  SHARE ROW EXCLUSIVE on the table itself would not
+ * do: the trigger fires after its statement took ROW EXCLUSIVE there, and
+ * two writers each asking for more would deadlock.
+ *
+ * The roles are printed as regrole, which reads the catalog as it is now (a
+ * REPEATABLE READ snapshot may predate a role created since) and prints a
+ * dropped role's OID, which is how those rows are skipped.  The extension's
+ * schema goes into the policies as an argument of format(), not inside its
+ * format string (a schema name with a "%" in it, issue 25).
+ */
+CREATE FUNCTION @extschema@.idem_refuse_stale_snapshot(source regclass)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_refuse_stale_snapshot'
+LANGUAGE C VOLATILE STRICT;
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_refuse_stale_snapshot(regclass) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_refuse_stale_snapshot(regclass) IS
+    'fail with 40001 if the transaction''s snapshot misses a committed change of the table (the rebuilds of the tenant policies)';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_apply_global_reconcilers()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    roles text;
+BEGIN
+    LOCK TABLE @extschema@.idempotency_records IN ACCESS EXCLUSIVE MODE;
+    PERFORM @extschema@.idem_refuse_stale_snapshot(TG_RELID);
+    SELECT string_agg(g.role::pg_catalog.text, ', ' ORDER BY g.role::pg_catalog.text) INTO roles
+    FROM @extschema@.idem_global_reconcilers g
+    WHERE g.role::pg_catalog.text OPERATOR(pg_catalog.<>) g.role::pg_catalog.oid::pg_catalog.text;
+    IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+               WHERE p.polrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_records'::pg_catalog.regclass
+                 AND p.polname OPERATOR(pg_catalog.=) 'idem_global_reconciler') THEN
+        DROP POLICY idem_global_reconciler ON @extschema@.idempotency_records;
+        DROP POLICY idem_global_reconciler_resolve ON @extschema@.idempotency_records;
+        DROP POLICY idem_global_reconciler_unknown_only ON @extschema@.idempotency_records;
+    END IF;
+    IF roles IS NOT NULL THEN
+        EXECUTE format('CREATE POLICY idem_global_reconciler ON %1$s.idempotency_records '
+                       'FOR SELECT TO %2$s USING (true)', s, roles);
+        EXECUTE format('CREATE POLICY idem_global_reconciler_resolve ON %1$s.idempotency_records '
+                       'FOR UPDATE TO %2$s '
+                       'USING (status OPERATOR(pg_catalog.=) ''unknown''::%1$s.idem_status) '
+                       'WITH CHECK (true)', s, roles);
+        EXECUTE format('CREATE POLICY idem_global_reconciler_unknown_only ON %1$s.idempotency_records '
+                       'AS RESTRICTIVE FOR UPDATE TO %2$s '
+                       'USING (status OPERATOR(pg_catalog.=) ''unknown''::%1$s.idem_status) '
+                       'WITH CHECK (status OPERATOR(pg_catalog.=) ANY (''{succeeded,failed}''::%1$s.idem_status[]))',
+                       s, roles);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_apply_tenant_members()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    roles text;
+    t record;
+BEGIN
+    LOCK TABLE @extschema@.idempotency_records IN ACCESS EXCLUSIVE MODE;
+    PERFORM @extschema@.idem_refuse_stale_snapshot(TG_RELID);
+    SELECT string_agg(DISTINCT m.role::pg_catalog.text, ', ') INTO roles
+    FROM @extschema@.idem_tenant_members m
+    WHERE m.role::pg_catalog.text OPERATOR(pg_catalog.<>) m.role::pg_catalog.oid::pg_catalog.text;
+    FOR t IN SELECT * FROM (VALUES ('@extschema@.idempotency_records'::pg_catalog.regclass, 'scope'),
+                                   ('@extschema@.idem_inbox'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_inbox_streams'::pg_catalog.regclass, 'consumer'),
+                                   ('@extschema@.idem_outbox'::pg_catalog.regclass, 'scope')) v(tab, col)
+    LOOP
+        IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+                   WHERE p.polrelid OPERATOR(pg_catalog.=) t.tab
+                     AND p.polname OPERATOR(pg_catalog.=) 'idem_tenant_members') THEN
+            EXECUTE format('DROP POLICY idem_tenant_members ON %s', t.tab);
+        END IF;
+        IF roles IS NOT NULL THEN
+            EXECUTE format('CREATE POLICY idem_tenant_members ON %1$s TO %2$s '
+                           'USING (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT %4$s.idem_role_tenants())::pg_catalog.text[])) '
+                           'WITH CHECK (pg_catalog.split_part(%3$I, ''/'', 1) OPERATOR(pg_catalog.=) '
+                           'ANY ((SELECT %4$s.idem_role_tenants())::pg_catalog.text[]))',
+                           t.tab, roles, t.col, s);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+/*
+ * idem_attach_machine as 0.2.0 made it, with the extension's schema passed to
+ * format() as an argument instead of written into its format strings: a "%"
+ * in the schema's name was read as a format specifier (issue 25).  A
+ * trigger it makes is the same as before.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.idem_attach_machine(
+    table_name regclass,
+    state_column name,
+    machine text,
+    log boolean DEFAULT false,
+    validate boolean DEFAULT true)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+#variable_conflict use_column
+DECLARE
+    states text[];
+    col_type oid;
+    bad text;
+    key_columns text[];
+    log_table text;
+    ext_schema constant text := '@extschema@';
+BEGIN
+    IF table_name IS NULL OR state_column IS NULL OR machine IS NULL
+       OR log IS NULL OR validate IS NULL THEN
+        RAISE EXCEPTION 'arguments of idem_attach_machine must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- Touch the definition: a concurrent idem_drop_machine waits for us and
+    -- then sees the trigger, or (REPEATABLE READ, SERIALIZABLE) fails with
+    -- 40001; a mere row lock would not make it re-read the catalog.
+    UPDATE @extschema@.idem_machines m SET defined_at = m.defined_at
+    WHERE m.name = idem_attach_machine.machine
+    RETURNING m.states INTO states;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'state machine "%" does not exist', machine
+            USING ERRCODE = '42704',
+                  HINT = 'Define it with idem_define_machine() first.';
+    END IF;
+    SELECT a.atttypid INTO col_type FROM pg_attribute a
+    WHERE a.attrelid = table_name AND a.attname = state_column
+      AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'column "%" of relation % does not exist', state_column, table_name
+            USING ERRCODE = '42703';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.idem_attached_machines a
+               WHERE a.table_name = idem_attach_machine.table_name
+                 AND a.state_column = idem_attach_machine.state_column) THEN
+        RAISE EXCEPTION 'column "%" of relation % already has a state machine', state_column, table_name
+            USING ERRCODE = '42710',
+                  HINT = 'Detach it with idem_detach_machine() first.';
+    END IF;
+
+    -- CREATE TRIGGER checks the caller's TRIGGER privilege and locks the table
+    -- (SHARE ROW EXCLUSIVE), so no row changes while we validate.  The name
+    -- sorts after ordinary names: BEFORE triggers fire in name order, and this
+    -- one must see the row as the other BEFORE triggers left it.  It fires on
+    -- every UPDATE, not only those naming the column: another BEFORE trigger
+    -- may change the state in an UPDATE that does not.
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s '
+                   'FOR EACH ROW EXECUTE FUNCTION %s.idem_enforce_transition(%L, %L)',
+                   @extschema@.idem_object_name('zz_idem_machine_', state_column, ''),
+                   table_name, ext_schema, machine, state_column);
+    -- The rows really inserted (not the rows an INSERT ... ON CONFLICT only
+    -- proposes) must start in an initial state; the WHEN clause runs as each
+    -- row is inserted and queues an event only for a row to refuse.
+    EXECUTE format('CREATE TRIGGER %1$I AFTER INSERT ON %2$s FOR EACH ROW '
+                   'WHEN (%3$s.idem_inserted_unchecked(%4$L, %5$L, NEW.tableoid, NEW.%5$I::pg_catalog.text)) '
+                   'EXECUTE FUNCTION %3$s.idem_enforce_initial_state(%4$L, %5$L)',
+                   @extschema@.idem_object_name('zz_idem_machine_', state_column, '_inserted'),
+                   table_name, ext_schema, machine, state_column);
+
+    -- The triggers fire for this table's own rows, not for the rows of its
+    -- inheritance children (partitions get clones of them).  The lock taken
+    -- by CREATE TRIGGER keeps children from being added while we look.
+    IF EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhparent
+               WHERE i.inhparent = table_name AND c.relkind <> 'p') THEN
+        RAISE EXCEPTION 'cannot attach state machine "%" to table % because it has inheritance children',
+                machine, table_name
+            USING ERRCODE = '0A000',
+                  DETAIL = 'The machine''s triggers would not fire for the rows of the child tables.',
+                  HINT = 'Attach the machine to each child table, or use a partitioned table.';
+    END IF;
+
+    IF validate THEN
+        EXECUTE format('SELECT s FROM (SELECT DISTINCT %I::text AS s FROM %s) v '
+                       'WHERE s IS NOT NULL AND NOT s = ANY ($1) LIMIT 1',
+                       state_column, table_name)
+            INTO bad USING states;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'column "%" of relation % contains "%", which is not a state of machine "%"',
+                    state_column, table_name, bad, machine
+                USING ERRCODE = '23514',
+                      HINT = 'Define the machine with that state, fix the rows, or attach with validate => false.';
+        END IF;
+    END IF;
+
+    IF log THEN
+        SELECT array_agg(a.attname::text ORDER BY k.ord) INTO key_columns
+        FROM pg_index i
+        CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        WHERE i.indrelid = table_name AND i.indisprimary;
+        log_table := format('%I.%I',
+                            (SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                             WHERE c.oid = table_name),
+                            @extschema@.idem_object_name('',
+                                (SELECT c.relname FROM pg_class c WHERE c.oid = table_name), '_state_log'));
+        -- a log table someone else made (with triggers of theirs) must not
+        -- run as every writer of the governed table
+        IF to_regclass(log_table) IS NOT NULL
+           AND (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(log_table))
+               <> (SELECT c.relowner FROM pg_class c WHERE c.oid = table_name) THEN
+            RAISE EXCEPTION 'log table % already exists and is not owned by the owner of table %',
+                            log_table, table_name
+                USING ERRCODE = '42P07',
+                      HINT = 'Drop or rename that table, or attach with log => false.';
+        END IF;
+        EXECUTE format('CREATE TABLE IF NOT EXISTS %s ('
+                       'logged_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(), '
+                       'row_key jsonb NOT NULL, '
+                       'state_column name NOT NULL, '
+                       'machine text NOT NULL, '
+                       'from_state text, '
+                       'to_state text, '
+                       'xact_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(), '
+                       'changed_by name NOT NULL DEFAULT CURRENT_USER)', log_table);
+        EXECUTE format('CREATE TRIGGER %I AFTER INSERT OR UPDATE ON %s '
+                       'FOR EACH ROW EXECUTE FUNCTION %s.idem_log_transition(%L, %L, %L%s)',
+                       @extschema@.idem_object_name('zz_idem_machine_log_', state_column, ''), table_name,
+                       ext_schema, log_table, state_column, machine,
+                       coalesce((SELECT string_agg(format(', %L', k), '') FROM unnest(key_columns) k), ''));
+    END IF;
+END
+$function$;
+
 -- ---------------------------------------------------------------------------
 -- Issue 25: fencing tokens that never repeat or run out (section "tokens")
 -- ---------------------------------------------------------------------------

@@ -2,7 +2,9 @@
  *
  * tenants.c
  *		idem_role_tenants(): the tenants idem_tenant_members allows the
- *		current role.
+ *		current role; idem_refuse_stale_snapshot(): the snapshot check of
+ *		the triggers that rebuild the policies of the tenants and of the
+ *		global reconcilers.
  *
  * Under tenant isolation the policy idem_tenant_members of the records and
  * the inbox accepts a row whose tenant is one of this function's answer, and
@@ -19,6 +21,17 @@
  * role's name gets none of its tenants.  Read with the statement's
  * snapshot, as a STABLE function's SQL would.
  *
+ * idem_refuse_stale_snapshot(table): the check the triggers that rebuild the
+ * policies from idem_tenant_members and idem_global_reconcilers make once
+ * they hold the lock that lets one rebuild run at a time (sql/, section
+ * "tenants" of 0.2.0--0.3.0).  Under READ COMMITTED the statements after the
+ * lock have a new snapshot and see what the rebuild before committed.  Under
+ * REPEATABLE READ and SERIALIZABLE the snapshot may be older than that
+ * commit: the rebuild would then make the policies from a list without the
+ * other transaction's rows, so it fails with 40001 instead.  Every version of
+ * every row is compared under the statement's snapshot and a new one: the
+ * tables hold a row per role (and tenant).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -27,7 +40,11 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -39,6 +56,7 @@
 #include "pg_compat.h"
 
 PG_FUNCTION_INFO_V1(idem_role_tenants);
+PG_FUNCTION_INFO_V1(idem_refuse_stale_snapshot);
 
 Datum
 idem_role_tenants(PG_FUNCTION_ARGS)
@@ -82,4 +100,49 @@ idem_role_tenants(PG_FUNCTION_ARGS)
 	table_close(rel, AccessShareLock);
 
 	PG_RETURN_DATUM(makeArrayResult(tenants, CurrentMemoryContext));
+}
+
+Datum
+idem_refuse_stale_snapshot(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	Relation	rel;
+	Snapshot	seen;
+	Snapshot	latest;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	bool		stale = false;
+
+	/* only the extension's own tables: it reads them without privileges */
+	if (get_rel_relkind(relid) != RELKIND_RELATION ||
+		get_rel_namespace(relid) != get_func_namespace(fcinfo->flinfo->fn_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("relation with OID %u is not a table of the extension", relid)));
+	/* under READ COMMITTED each statement has a new snapshot */
+	if (!IsolationUsesXactSnapshot())
+		PG_RETURN_VOID();
+
+	rel = table_open(relid, AccessShareLock);
+	seen = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+	latest = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	while (!stale && table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		stale = table_tuple_satisfies_snapshot(rel, slot, seen) !=
+			table_tuple_satisfies_snapshot(rel, slot, latest);
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(latest);
+	UnregisterSnapshot(seen);
+
+	if (stale)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update of table \"%s\"",
+						RelationGetRelationName(rel)),
+				 errdetail("Another transaction changed the table after this transaction's snapshot was taken."),
+				 errhint("Retry the transaction.")));
+	table_close(rel, AccessShareLock);
+	PG_RETURN_VOID();
 }

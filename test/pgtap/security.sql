@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 65::bigint, 'the extension has 65 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 66::bigint, 'the extension has 66 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -159,6 +159,7 @@ INSERT INTO calls VALUES
     ('idem_revoke_all(regrole)', 'idem_revoke_all', $$SELECT idem_revoke_all('regress_idem_sec_nobody')$$),
     ('idem_grant_tenant(text,regrole)', 'idem_grant_tenant', $$SELECT idem_grant_tenant('t1', 'regress_idem_sec_nobody')$$),
     ('idem_revoke_tenant(text,regrole)', 'idem_revoke_tenant', $$SELECT idem_revoke_tenant('t1', 'regress_idem_sec_nobody')$$),
+    ('idem_refuse_stale_snapshot(regclass)', 'idem_refuse_stale_snapshot', $$SELECT idem_refuse_stale_snapshot('idem_tenant_members')$$),
     ('idem_outbox_emit(text,text,jsonb,text,jsonb,text,interval)', 'idem_outbox_emit', $$SELECT idem_outbox_emit('sec.t', 'k', '{}')$$),
     ('idem_outbox_emit_batch(text,text[],jsonb[],text[],jsonb[],text,interval)', 'idem_outbox_emit_batch', $$SELECT idem_outbox_emit_batch('sec.t', '{k}', '{"{}"}')$$),
     ('idem_outbox_claim(text,integer,interval,text[])', 'idem_outbox_claim', $$SELECT * FROM idem_outbox_claim('sec.r')$$),
