@@ -243,7 +243,7 @@ is($standby->safe_psql('postgres', q{SELECT count(*) FROM idem_lookup('inflight'
 
 # The promoted standby is a primary that keeps every guarantee.
 # (before its first token the epoch moves on by 2^24, for the commits a
-# failover can lose: test/t/019_failover_tokens.pl; tokens only grow)
+# failover can lose: test/t/020_failover_tokens.pl; tokens only grow)
 is( $standby->safe_psql('postgres',
 		q{SELECT outcome, token % 65536, token > 65536 FROM idem_claim('inflight', '\x07', '1 hour')}),
 	'new|1|t', 'it accepts new claims, in a new epoch');
