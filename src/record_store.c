@@ -1096,11 +1096,13 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
  * unique checks do.
  *
  * The answer must reveal nothing the blocking INSERT would not.  So the
- * caller needs INSERT and SELECT on the table, and row-level security must
- * not be in force for it: a policy could forbid it that key (the INSERT's
- * WITH CHECK would fail before waiting), and we cannot evaluate the policy
- * on a row not yet inserted.  Otherwise this answers false, and the caller's
- * INSERT waits like any other.
+ * caller needs both INSERT and SELECT on the table (a role with SELECT
+ * alone would learn of rows that no SELECT shows it, and its INSERT is
+ * refused), and row-level security must not be in force for it: a policy
+ * could forbid it that key (the INSERT's WITH CHECK would fail before
+ * waiting), and we cannot evaluate the policy on a row not yet inserted.
+ * Otherwise this answers false without looking, and the caller goes on as
+ * with wait => true: its INSERT waits like any other, or is refused.
  *
  * The exception is tenant isolation with only the extension's policies
  * (idem_store_tenant_check): the INSERT's check is then whether the first key
@@ -1122,7 +1124,9 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	TupleTableSlot *slot;
 	bool		in_progress = false;
 
-	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT) != ACLCHECK_OK)
+	/* both: pg_class_aclcheck would accept either */
+	if (pg_class_aclmask(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT, ACLMASK_ALL) !=
+		(ACL_INSERT | ACL_SELECT))
 		return false;
 	switch (idem_store_tenant_check(heap_oid, key1))
 	{
