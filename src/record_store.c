@@ -1000,14 +1000,16 @@ in_role_tenants(text *value, Oid roles_fn)
 }
 
 /*
- * Under row-level security, does the first key column (a record's scope, an
- * inbox message's consumer) belong to the tenant in idempotency.scope, or
+ * Under row-level security, does the first key column (a record's or an
+ * outbox message's scope, an inbox message's consumer) belong to the tenant
+ * in idempotency.scope, or
  * (0.2.0) to one of the tenants idem_tenant_members allows the current role?
  *
  * This can be told only while the policies are the extension's: idem_tenant
  * as it comes (its check is the SQL function named here, whose rule
  * in_tenant() repeats, on that column:
- * idem_scope_in_tenant for records, idem_consumer_in_scope for the inbox),
+ * idem_scope_in_tenant for records and the outbox, idem_consumer_in_scope
+ * for the inbox),
  * and besides it only permissive policies for SELECT, UPDATE or DELETE, such
  * as the global reconcilers' (they may widen what a role sees, never narrow
  * what it may insert), and restrictive ones for UPDATE or DELETE, which
@@ -1034,7 +1036,8 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	if (check_enable_rls(heap_oid, InvalidOid, true) != RLS_ENABLED)
 		return IDEM_TENANT_NO_RLS;
 
-	if (heap_oid == objects->records)
+	if (heap_oid == objects->records ||
+		heap_oid == get_relname_relid("idem_outbox", objects->namespace))
 	{
 		fn_name = "idem_scope_in_tenant";
 		column_name = "scope";
@@ -1085,6 +1088,33 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	if (role_arm && in_role_tenants(key1, roles_fn))
 		return IDEM_TENANT_INSIDE;
 	return IDEM_TENANT_OUTSIDE;
+}
+
+/*
+ * Refuse at once a scope outside the session's tenant, which could only fail
+ * the INSERT's policy check, and only after the reads and locks before it
+ * (a claim's read, an emit's locks, which others may wait for).  The error
+ * is about the caller's own setting and scope, not about any row.  call
+ * names the function for the hint ("claim", "emit").
+ */
+void
+idem_store_require_tenant(Oid heap_oid, text *scope, const char *call)
+{
+	const char *tenant;
+
+	if (idem_store_tenant_check(heap_oid, scope) != IDEM_TENANT_OUTSIDE)
+		return;
+	tenant = GetConfigOption("idempotency.scope", true, false);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("scope \"%s\" does not belong to the tenant of this session",
+					text_to_cstring(scope)),
+			 tenant == NULL || tenant[0] == '\0' ?
+			 errdetail("idempotency.scope is not set.") :
+			 errdetail("idempotency.scope is \"%s\": its scopes are \"%s\" and those that start with \"%s/\".",
+					   tenant, tenant, tenant),
+			 errhint("Set idempotency.scope with SET LOCAL or set_config(..., true) in the transaction of the %s, or allow the role the tenant with idem_grant_tenant.",
+					 call)));
 }
 
 /*

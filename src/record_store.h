@@ -136,6 +136,7 @@ typedef enum IdemTenantCheck
 } IdemTenantCheck;
 
 extern IdemTenantCheck idem_store_tenant_check(Oid heap, text *key1);
+extern void idem_store_require_tenant(Oid heap, text *scope, const char *call);
 extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
 extern Oid	idem_primary_key(Relation heap);
 extern AttrNumber idem_check_record_shape(TupleDesc desc);
