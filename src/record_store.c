@@ -490,6 +490,21 @@ idem_store_close(IdemStore *store)
 		free_retired_plans();
 }
 
+/*
+ * End the store's SPI connection, if any, and so free all of SPI's memory
+ * (its result tables live until SPI_finish); the next statement connects
+ * again.  A loop of reads that lasts (idem_await's polls) calls this after
+ * each, so that its memory stays flat.  CurrentMemoryContext becomes the one
+ * current at the connect.
+ */
+void
+idem_store_disconnect(IdemStore *store)
+{
+	if (store->spi_connected)
+		SPI_finish();
+	store->spi_connected = false;
+}
+
 Datum
 idem_status_datum(IdemStatus status)
 {

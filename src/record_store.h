@@ -120,6 +120,7 @@ typedef struct IdemStore
 /* record_store.c */
 extern void idem_store_open(IdemStore *store, Oid fn_oid);
 extern void idem_store_close(IdemStore *store);
+extern void idem_store_disconnect(IdemStore *store);
 extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 							const char *nulls, bool read_only, IdemRecord *rec,
 							MemoryContext copy_to);
