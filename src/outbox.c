@@ -581,6 +581,7 @@ idem_outbox_emit_batch(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < n; i++)
 	{
+		CHECK_FOR_INTERRUPTS();
 		if (key_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
