@@ -379,23 +379,9 @@ idem_claim(PG_FUNCTION_ARGS)
 	/*
 	 * Under tenant isolation a scope outside the session's tenant could only
 	 * fail the INSERT's policy check, after a read that finds nothing: say
-	 * why at once.  The error is about the caller's own setting and scope,
-	 * not about any record.
+	 * why at once.
 	 */
-	if (idem_store_tenant_check(idem_objects_current()->records, scope) == IDEM_TENANT_OUTSIDE)
-	{
-		const char *tenant = GetConfigOption("idempotency.scope", true, false);
-
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("scope \"%s\" does not belong to the tenant of this session",
-						text_to_cstring(scope)),
-				 tenant == NULL || tenant[0] == '\0' ?
-				 errdetail("idempotency.scope is not set.") :
-				 errdetail("idempotency.scope is \"%s\": its scopes are \"%s\" and those that start with \"%s/\".",
-						   tenant, tenant, tenant),
-				 errhint("Set idempotency.scope with SET LOCAL or set_config(..., true) in the transaction of the claim, or allow the role the tenant with idem_grant_tenant.")));
-	}
+	idem_store_require_tenant(idem_objects_current()->records, scope, "claim");
 
 	for (round = 0; round < MAX_CLAIM_ROUNDS; round++)
 	{

@@ -32,7 +32,9 @@
  * anything is written: a bad element refuses the whole batch.  With
  * wait => false the primary key is probed for every id first (as the single
  * accept probes its one), and an id another transaction holds refuses the
- * batch with 55P03 before anything is inserted.
+ * batch with 55P03 before anything is inserted.  The loops over the
+ * elements check for interrupts, so that a call with a huge array can be
+ * cancelled (statement_timeout, pg_cancel_backend) while it checks or probes.
  *
  * idem_inbox_accept_seq_many(consumer, stream, seqs[], accept_gap) gives
  * each number the outcome idem_inbox_accept_seq would give it, called for
@@ -310,6 +312,7 @@ idem_inbox_accept_many(PG_FUNCTION_ARGS)
 		text	   *id;
 		int			len;
 
+		CHECK_FOR_INTERRUPTS();
 		if (elem_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -361,6 +364,7 @@ idem_inbox_accept_many(PG_FUNCTION_ARGS)
 		{
 			text	   *id = DatumGetTextPP(ids[i].datum);
 
+			CHECK_FOR_INTERRUPTS();
 			if (idem_store_insert_in_progress(objects->inbox, consumer, id))
 				ereport(ERROR,
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -485,6 +489,7 @@ idem_inbox_accept_seq_many(PG_FUNCTION_ARGS)
 	deconstruct_array(array, INT8OID, typlen, typbyval, typalign, &elems, &elem_nulls, &nelems);
 	for (int i = 0; i < nelems; i++)
 	{
+		CHECK_FOR_INTERRUPTS();
 		if (elem_nulls[i])
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -556,6 +561,7 @@ idem_inbox_accept_seq_many(PG_FUNCTION_ARGS)
 	{
 		int64		seq = DatumGetInt64(elems[i]);
 
+		CHECK_FOR_INTERRUPTS();
 		if (seq <= watermark)
 		{
 			outcomes[i] = "duplicate";

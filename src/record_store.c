@@ -499,6 +499,21 @@ idem_store_close(IdemStore *store)
 		free_retired_plans();
 }
 
+/*
+ * End the store's SPI connection, if any, and so free all of SPI's memory
+ * (its result tables live until SPI_finish); the next statement connects
+ * again.  A loop of reads that lasts (idem_await's polls) calls this after
+ * each, so that its memory stays flat.  CurrentMemoryContext becomes the one
+ * current at the connect.
+ */
+void
+idem_store_disconnect(IdemStore *store)
+{
+	if (store->spi_connected)
+		SPI_finish();
+	store->spi_connected = false;
+}
+
 Datum
 idem_status_datum(IdemStatus status)
 {
@@ -1009,14 +1024,16 @@ in_role_tenants(text *value, Oid roles_fn)
 }
 
 /*
- * Under row-level security, does the first key column (a record's scope, an
- * inbox message's consumer) belong to the tenant in idempotency.scope, or
+ * Under row-level security, does the first key column (a record's or an
+ * outbox message's scope, an inbox message's consumer) belong to the tenant
+ * in idempotency.scope, or
  * (0.2.0) to one of the tenants idem_tenant_members allows the current role?
  *
  * This can be told only while the policies are the extension's: idem_tenant
  * as it comes (its check is the SQL function named here, whose rule
  * in_tenant() repeats, on that column:
- * idem_scope_in_tenant for records, idem_consumer_in_scope for the inbox),
+ * idem_scope_in_tenant for records and the outbox, idem_consumer_in_scope
+ * for the inbox),
  * and besides it only permissive policies for SELECT, UPDATE or DELETE, such
  * as the global reconcilers' (they may widen what a role sees, never narrow
  * what it may insert), and restrictive ones for UPDATE or DELETE, which
@@ -1043,7 +1060,8 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	if (check_enable_rls(heap_oid, InvalidOid, true) != RLS_ENABLED)
 		return IDEM_TENANT_NO_RLS;
 
-	if (heap_oid == objects->records)
+	if (heap_oid == objects->records ||
+		heap_oid == get_relname_relid("idem_outbox", objects->namespace))
 	{
 		fn_name = "idem_scope_in_tenant";
 		column_name = "scope";
@@ -1097,6 +1115,33 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 }
 
 /*
+ * Refuse at once a scope outside the session's tenant, which could only fail
+ * the INSERT's policy check, and only after the reads and locks before it
+ * (a claim's read, an emit's locks, which others may wait for).  The error
+ * is about the caller's own setting and scope, not about any row.  call
+ * names the function for the hint ("claim", "emit").
+ */
+void
+idem_store_require_tenant(Oid heap_oid, text *scope, const char *call)
+{
+	const char *tenant;
+
+	if (idem_store_tenant_check(heap_oid, scope) != IDEM_TENANT_OUTSIDE)
+		return;
+	tenant = GetConfigOption("idempotency.scope", true, false);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("scope \"%s\" does not belong to the tenant of this session",
+					text_to_cstring(scope)),
+			 tenant == NULL || tenant[0] == '\0' ?
+			 errdetail("idempotency.scope is not set.") :
+			 errdetail("idempotency.scope is \"%s\": its scopes are \"%s\" and those that start with \"%s/\".",
+					   tenant, tenant, tenant),
+			 errhint("Set idempotency.scope with SET LOCAL or set_config(..., true) in the transaction of the %s, or allow the role the tenant with idem_grant_tenant.",
+					 call)));
+}
+
+/*
  * Does another transaction hold an uncommitted insert (or delete) of this
  * two-column key in this primary key?  A claim or an inbox accept with
  * wait => false asks this before inserting, so that it can answer at once
@@ -1105,11 +1150,13 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
  * unique checks do.
  *
  * The answer must reveal nothing the blocking INSERT would not.  So the
- * caller needs INSERT and SELECT on the table, and row-level security must
- * not be in force for it: a policy could forbid it that key (the INSERT's
- * WITH CHECK would fail before waiting), and we cannot evaluate the policy
- * on a row not yet inserted.  Otherwise this answers false, and the caller's
- * INSERT waits like any other.
+ * caller needs both INSERT and SELECT on the table (a role with SELECT
+ * alone would learn of rows that no SELECT shows it, and its INSERT is
+ * refused), and row-level security must not be in force for it: a policy
+ * could forbid it that key (the INSERT's WITH CHECK would fail before
+ * waiting), and we cannot evaluate the policy on a row not yet inserted.
+ * Otherwise this answers false without looking, and the caller goes on as
+ * with wait => true: its INSERT waits like any other, or is refused.
  *
  * The exception is tenant isolation with only the extension's policies
  * (idem_store_tenant_check): the INSERT's check is then whether the first key
@@ -1131,7 +1178,9 @@ idem_store_insert_in_progress(Oid heap_oid, text *key1, text *key2)
 	TupleTableSlot *slot;
 	bool		in_progress = false;
 
-	if (pg_class_aclcheck(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT) != ACLCHECK_OK)
+	/* both: pg_class_aclcheck would accept either */
+	if (pg_class_aclmask(heap_oid, GetUserId(), ACL_INSERT | ACL_SELECT, ACLMASK_ALL) !=
+		(ACL_INSERT | ACL_SELECT))
 		return false;
 	switch (idem_store_tenant_check(heap_oid, key1))
 	{

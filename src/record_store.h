@@ -120,6 +120,7 @@ typedef struct IdemStore
 /* record_store.c */
 extern void idem_store_open(IdemStore *store, Oid fn_oid);
 extern void idem_store_close(IdemStore *store);
+extern void idem_store_disconnect(IdemStore *store);
 extern bool idem_store_exec(IdemStore *store, IdemStatement stmt, Datum *args,
 							const char *nulls, bool read_only, IdemRecord *rec,
 							MemoryContext copy_to);
@@ -136,6 +137,7 @@ typedef enum IdemTenantCheck
 } IdemTenantCheck;
 
 extern IdemTenantCheck idem_store_tenant_check(Oid heap, text *key1);
+extern void idem_store_require_tenant(Oid heap, text *scope, const char *call);
 extern bool idem_store_insert_in_progress(Oid heap, text *key1, text *key2);
 extern Oid	idem_primary_key(Relation heap);
 extern AttrNumber idem_check_record_shape(TupleDesc desc);
