@@ -56,9 +56,35 @@ SELECT key, token, status FROM idempotency_records WHERE key = 'chain';
 DELETE FROM idempotency_records WHERE key = 'chain';
 SELECT outcome, token FROM idem_claim('chain', '\x01', '1 hour');
 
+-- a key taken over and one left processing, with tokens of 0.2.0's scheme
+SELECT outcome, token FROM idem_claim('chain-taken', '\x05', '1 millisecond');
+SELECT pg_sleep(0.01);
+SELECT outcome, token FROM idem_claim('chain-taken', '\x05', '1 hour');
+SELECT last_value AS epoch_before FROM idem_token_epoch \gset
+
 ALTER EXTENSION idempotency UPDATE TO '0.3.0';
 SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
 SELECT sql_version, library_version FROM idem_version();
+-- tokens are epoch * 2^16 + n now: the epoch moved above every token issued
+-- so far, so the owners of today's tokens keep them and every new token is
+-- above them; the sequence's limit is 2^47 - 1
+SELECT e.last_value = (:epoch_before + 1) * 65536 AS epoch_rescaled, s.max_value
+  FROM idem_token_epoch e, pg_sequences s
+ WHERE s.schemaname = 'public' AND s.sequencename = 'idem_token_epoch';
+SELECT last_value = ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+       AS timeline_recorded
+  FROM idem_token_timeline;
+SELECT idem_complete('chain', (SELECT token FROM idempotency_records WHERE key = 'chain'), '{"id": 3}');
+SELECT outcome, token = (:epoch_before + 1) * 4294967296 + 1 AS first_of_new_epoch
+  FROM idem_claim('chain-new', '\x06', '1 hour');
+SELECT idem_checkpoint('chain-taken', (SELECT token FROM idempotency_records WHERE key = 'chain-taken'), NULL,
+                       '1 millisecond') IS NOT NULL AS owner_still_owns;
+SELECT pg_sleep(0.01);
+-- a takeover of a token of the old scheme: the new epoch's first token, and
+-- the owner before it is fenced off
+SELECT outcome, token = (:epoch_before + 1) * 4294967296 + 1 AS first_of_new_epoch
+  FROM idem_claim('chain-taken', '\x05', '1 hour');
+SELECT idem_complete('chain-taken', 4294967298);
 
 -- an SQL version the library does not know is refused, with a hint
 UPDATE pg_extension SET extversion = '99.0.0' WHERE extname = 'idempotency';

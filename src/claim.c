@@ -48,6 +48,7 @@
 #include "record_store.h"
 #include "removal.h"
 #include "stats.h"
+#include "tokens.h"
 #include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
@@ -363,8 +364,8 @@ idem_claim(PG_FUNCTION_ARGS)
 	idem_arg_not_null(fcinfo, 5, "wait");
 	wait = PG_GETARG_BOOL(5);
 
-	/* the arguments of STMT_INSERT ($7 set there) and STMT_REUSE; the first
-	 * two serve the key lookups */
+	/* the arguments of STMT_INSERT and STMT_REUSE ($7, the token, set there);
+	 * the first two serve the key lookups */
 	new_args[0] = PointerGetDatum(scope);
 	new_args[1] = PointerGetDatum(key);
 	new_args[2] = PointerGetDatum(fingerprint);
@@ -394,11 +395,11 @@ idem_claim(PG_FUNCTION_ARGS)
 				outcome = OUTCOME_IN_PROGRESS;
 				break;
 			}
-			token = idem_store_first_token();
+			token = idem_token_first(idem_objects_current());
 			new_args[6] = Int64GetDatum(token);
 			if (idem_store_insert_new(&store, new_args))
 			{
-				int64		later = idem_store_first_token();
+				int64		later = idem_token_first(idem_objects_current());
 
 				if (later != token)
 				{
@@ -440,17 +441,21 @@ idem_claim(PG_FUNCTION_ARGS)
 		outcome = classify(&rec, fingerprint, now, key, scope);
 		if (outcome == NEEDS_REUSE)
 		{
+			new_args[6] = Int64GetDatum(idem_token_next(idem_objects_current(),
+														DatumGetInt64(rec.values[COL_TOKEN])));
 			if (!reuse_record(&store, new_args, scope, key, &rec, caller_cxt))
 				elog(ERROR, "locked idempotency record vanished");
 			outcome = OUTCOME_NEW;
 		}
 		else if (outcome == NEEDS_TAKEOVER)
 		{
-			Datum		args[5] = {
+			Datum		args[6] = {
 				PointerGetDatum(scope), PointerGetDatum(key),
 				TimestampTzGetDatum(lease_expires_at), TimestampTzGetDatum(now),
 				TimestampTzGetDatum(takeover_expiry(&rec, retention_given,
-													expires_at - now))
+													expires_at - now)),
+				Int64GetDatum(idem_token_next(idem_objects_current(),
+											  DatumGetInt64(rec.values[COL_TOKEN])))
 			};
 
 			if (!idem_store_exec(&store, STMT_TAKEOVER, args, NULL, false, &rec, caller_cxt))

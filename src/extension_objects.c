@@ -10,7 +10,10 @@
  * idem_status type: DROP and CREATE EXTENSION (new OIDs), ALTER SCHEMA
  * RENAME.  Other schemas and types come and go all the time (every CREATE
  * TEMP TABLE makes a type) and do not cost a reload.  A change to any
- * function costs the version check again, not a reload (version.c).  Modules that derive
+ * function costs the version check again (version.c), and a reload: an
+ * update script changes functions, and may add an object whose presence
+ * changes what the library does (idem_token_timeline, tokens.c) without
+ * invalidating anything watched here.  Modules that derive
  * their own caches from these objects compare "generation" to know when to
  * rebuild them; it grows only when a reload finds something different, so
  * that a GRANT on the schema (which invalidates it too) costs a reload here
@@ -73,8 +76,9 @@ objects_invalidate(Datum arg, int cacheid, uint32 hashvalue)
 
 /*
  * Any function created, replaced or altered: perhaps by an update script of
- * the extension, which changes its version (version.c).  Only the version is
- * checked again, the objects stay.
+ * the extension, which changes its version (version.c) and may add objects:
+ * both are looked at again (a reload that finds the same objects keeps the
+ * generation).
  */
 static void
 version_invalidate(Datum arg, int cacheid, uint32 hashvalue)
@@ -128,6 +132,8 @@ objects_load(Oid fn_oid)
 	loaded.moves = relation_in(nsp, "idem_machine_moves");
 	loaded.inbox = relation_in(nsp, "idem_inbox");
 	loaded.token_epoch = relation_in(nsp, "idem_token_epoch");
+	/* SQL 0.1.0 and 0.2.0 have none: their tokens are epoch * 2^32 + n (tokens.c) */
+	loaded.token_timeline = get_relname_relid("idem_token_timeline", nsp);
 	/* SQL 0.1.0 has no outbox; its functions say so (outbox.c) */
 	loaded.outbox_seq = get_relname_relid("idem_outbox_seq", nsp);
 
@@ -168,10 +174,8 @@ objects_load(Oid fn_oid)
 const IdemObjects *
 idem_objects(Oid fn_oid)
 {
-	if (!objects_valid)
+	if (!objects_valid || !version_valid)
 		objects_load(fn_oid);
-	else if (!version_valid)
-		version_valid = idem_version_check(fn_oid);
 	return &objects;
 }
 

@@ -34,6 +34,7 @@ typedef struct IdemObjects
 	Oid			moves;			/* idem_machine_moves */
 	Oid			inbox;			/* idem_inbox */
 	Oid			token_epoch;	/* the sequence idem_token_epoch */
+	Oid			token_timeline; /* idem_token_timeline; InvalidOid before SQL 0.3.0 */
 	Oid			outbox_seq;		/* idem_outbox_seq; InvalidOid at SQL 0.1.0 */
 	Oid			enforce_fn;		/* idem_enforce_transition() */
 	Oid			status_type;	/* idem_status and its labels */

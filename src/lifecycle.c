@@ -36,6 +36,7 @@
 #include "idempotency.h"
 #include "record_store.h"
 #include "stats.h"
+#include "tokens.h"
 #include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_complete);
@@ -267,11 +268,12 @@ idem_release(PG_FUNCTION_ARGS)
 	text	   *key = idem_arg_key(fcinfo, 0, "idempotency key");
 	int64		token = idem_arg_token(fcinfo, 1);
 	text	   *scope = idem_arg_scope(fcinfo, 2);
-	Datum		args[4] = {
+	Datum		args[5] = {
 		PointerGetDatum(scope), PointerGetDatum(key), Int64GetDatum(token),
-		TimestampTzGetDatum(GetCurrentTimestamp())
+		TimestampTzGetDatum(GetCurrentTimestamp()), (Datum) 0
 	};
 
+	args[4] = Int64GetDatum(idem_token_next(idem_objects(fcinfo->flinfo->fn_oid), token));
 	owner_update(fcinfo, STMT_RELEASE, args, NULL, "release", NULL, NULL);
 	PG_RETURN_VOID();
 }

@@ -31,6 +31,7 @@
 #include "idempotency.h"
 #include "record_store.h"
 #include "stats.h"
+#include "tokens.h"
 #include "validation.h"
 
 PG_FUNCTION_INFO_V1(idem_purge);
@@ -99,6 +100,10 @@ idem_purge(PG_FUNCTION_ARGS)
 
 			if (max_batches >= 0 && batches >= max_batches)
 				break;
+			/* its nextval at the limit would say less */
+			if (purge_statements[t] == STMT_PURGE_RECORDS)
+				idem_token_epoch_require_room(idem_objects_current(),
+											  idem_token_epoch_now(idem_objects_current()), 1);
 			/* the outbox counts its retention from publication */
 			if (purge_statements[t] == STMT_PURGE_OUTBOX)
 				args[0] = TimestampTzGetDatum(now - (int64) idem_outbox_retention_s * USECS_PER_SEC);

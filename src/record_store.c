@@ -136,7 +136,7 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 	},
 	/*
 	 * $3 fingerprint, $4 lease expiry, $5 now, $6 expiry, $7 first token
-	 * (see idem_store_first_token).
+	 * (idem_token_first).
 	 */
 	[STMT_INSERT] = {
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
@@ -152,29 +152,34 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		3, {TEXTOID, TEXTOID, INT8OID}
 	},
 	/*
-	 * Same arguments.  The old row goes and a new one comes in one statement:
-	 * the records' state machine has no move from a finished status back to
-	 * processing, and a new row is what an absent record is.  The token keeps
-	 * growing, so old owners stay fenced off.
+	 * Same arguments, $7 the next token (idem_token_next).  The old row goes
+	 * and a new one comes in one statement: the records' state machine has
+	 * no move from a finished status back to processing, and a new row is
+	 * what an absent record is.  The token keeps growing, so old owners stay
+	 * fenced off.
 	 */
 	[STMT_REUSE] = {
 		"WITH old AS (DELETE FROM @S@.idempotency_records" BY_KEY "RETURNING token) "
 		"INSERT INTO @S@.idempotency_records (scope, key, fingerprint, token, "
 		"lease_expires_at, created_at, updated_at, expires_at, purge_after, status, "
-		"attempts) SELECT $1, $2, $3, old.token OPERATOR(pg_catalog.+) 1, $4, $5, $5, "
-		"$6, $6, 'processing', 1 FROM old RETURNING " RECORD_COLUMNS,
-		6, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		"attempts) SELECT $1, $2, $3, GREATEST(old.token OPERATOR(pg_catalog.+) 1, $7), "
+		"$4, $5, $5, $6, $6, 'processing', 1 FROM old RETURNING " RECORD_COLUMNS,
+		7, {TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT8OID}
 	},
-	/* $3 lease expiry, $4 now, $5 expiry (created_at + retention) */
+	/*
+	 * $3 lease expiry, $4 now, $5 expiry (created_at + retention), $6 the
+	 * next token (idem_token_next of the locked row's)
+	 */
 	[STMT_TAKEOVER] = {
 		"UPDATE @S@.idempotency_records SET "
-		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = $3, "
+		"token = GREATEST(token OPERATOR(pg_catalog.+) 1, $6), lease_expires_at = $3, "
 		"updated_at = $4, completed_at = NULL, status = 'processing', "
 		"attempts = attempts OPERATOR(pg_catalog.+) 1, response_code = NULL, "
 		"@H{response_headers = NULL, }@"
 		"retryable = false, expires_at = $5, purge_after = $5"
 		BY_KEY "RETURNING " RECORD_COLUMNS,
-		5, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+		6, {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID}
 	},
 	/* $3 token, $4 result, $5 response code, $6 now, $7 headers */
 	[STMT_COMPLETE] = {
@@ -200,12 +205,16 @@ static const StatementSpec statement_specs[IDEM_NUM_STATEMENTS] = {
 		BY_KEY "AND token" EQ "$3" IS_OWNED " RETURNING " RECORD_COLUMNS,
 		6, {TEXTOID, TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
-	/* $3 token, $4 now: bumping the token fences off the releasing owner */
+	/*
+	 * $3 token, $4 now, $5 the next token: changing the token fences off the
+	 * releasing owner
+	 */
 	[STMT_RELEASE] = {
 		"UPDATE @S@.idempotency_records SET "
-		"token = token OPERATOR(pg_catalog.+) 1, lease_expires_at = NULL, updated_at = $4"
+		"token = GREATEST(token OPERATOR(pg_catalog.+) 1, $5), lease_expires_at = NULL, "
+		"updated_at = $4"
 		BY_KEY "AND token" EQ "$3" IS_OWNED,
-		4, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID}
+		5, {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, INT8OID}
 	},
 	/* $3 token, $4 detail, $5 now */
 	[STMT_MARK_UNKNOWN] = {
@@ -1474,30 +1483,4 @@ uint64
 idem_store_processed(void)
 {
 	return SPI_processed;
-}
-
-/*
- * The first token of a new record: epoch * 2^32 + 1.  The epoch counts the
- * batches of idem_purge that deleted records (the sequence idem_token_epoch,
- * advanced before the batch deletes anything, and not transactional), so a
- * key claimed again after its record was purged starts above every token
- * issued for it before: an owner stalled through the purge stays fenced
- * off.  Until the first such purge the epoch is 0 and keys start at 1.
- *
- * The claim reads the epoch before its INSERT and again after it: the INSERT
- * may have waited for a purge that deleted the key and advanced the epoch in
- * between, and then the new record moves to the new epoch (it is this
- * transaction's own, uncommitted row, so nobody has seen its token).
- */
-int64
-idem_store_first_token(void)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	Datum		last;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = ObjectIdGetDatum(objects->token_epoch);
-	fcinfo->args[0].isnull = false;
-	last = pg_sequence_last_value(fcinfo);
-	return ((fcinfo->isnull ? 0 : DatumGetInt64(last)) << 32) + 1;
 }

@@ -146,7 +146,6 @@ extern void idem_store_retire_plan(SPIPlanPtr plan);
 extern uint64 idem_store_processed(void);
 extern int	idem_execute_without_seqscan(SPIPlanPtr plan, Datum *args, const char *nulls,
 										 bool read_only, long count);
-extern int64 idem_store_first_token(void);
 extern bool idem_store_insert_new(IdemStore *store, Datum *args);
 extern bool idem_store_inbox_insert(IdemStore *store, Datum *args);
 extern bool idem_store_update_owned(IdemStore *store, IdemStatement stmt, Datum *args,

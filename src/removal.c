@@ -3,8 +3,8 @@
  * removal.c
  *		Keep fencing tokens from repeating, whatever removes a record.
  *
- * The first token of a new record is epoch * 2^32 + 1, the epoch being the
- * last value of the sequence idem_token_epoch (idem_store_first_token).  A
+ * The first token of a new record is epoch * 2^shift + 1, the epoch being
+ * the last value of the sequence idem_token_epoch (tokens.c).  A
  * key claimed again after its record went must get tokens above every token
  * issued for it before, so every removal of a record whose token belongs to
  * the current epoch must advance the epoch before the removal commits.
@@ -80,6 +80,7 @@
 #include "extension_objects.h"
 #include "pg_compat.h"
 #include "removal.h"
+#include "tokens.h"
 
 PG_FUNCTION_INFO_V1(idem_records_removed);
 PG_FUNCTION_INFO_V1(idem_records_truncated);
@@ -107,35 +108,6 @@ void
 idem_removal_reuse_end(const IdemRemovalReuse *saved)
 {
 	reuse = *saved;
-}
-
-/* The sequence's last value (0 before the first nextval), read as its owner. */
-static int64
-epoch_now(Oid sequence)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	HeapTuple	tuple;
-	Oid			owner;
-	Oid			save_userid;
-	int			save_sec_context;
-	Datum		last;
-
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(sequence));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", sequence);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	/* an error restores the user id with the (sub)transaction's abort */
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = ObjectIdGetDatum(sequence);
-	fcinfo->args[0].isnull = false;
-	last = pg_sequence_last_value(fcinfo);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	return fcinfo->isnull ? 0 : DatumGetInt64(last);
 }
 
 /*
@@ -210,7 +182,7 @@ idem_records_removed(PG_FUNCTION_ARGS)
 	token = record_column(trigdata, old, "token", INT8OID, &isnull);
 	if (isnull)
 		return PointerGetDatum(old);	/* NOT NULL: only a hand-made table */
-	epoch = DatumGetInt64(token) >> 32;
+	epoch = idem_token_epoch_of(objects, DatumGetInt64(token));
 
 	if (reuse.scope != NULL && reuse.lxid == IDEM_MY_LXID &&
 		reuse.token == DatumGetInt64(token))
@@ -232,12 +204,12 @@ idem_records_removed(PG_FUNCTION_ARGS)
 	if (known_lxid != IDEM_MY_LXID || known_cid != GetCurrentCommandId(false) ||
 		epoch >= known_epoch)
 	{
-		known_epoch = epoch_now(objects->token_epoch);
+		known_epoch = idem_token_epoch_now(objects);
 		known_lxid = IDEM_MY_LXID;
 		known_cid = GetCurrentCommandId(false);
 	}
 	if (epoch >= known_epoch)
-		known_epoch = nextval_internal(objects->token_epoch, false);
+		known_epoch = idem_token_epoch_advance(objects);
 
 	return PointerGetDatum(old);
 }
@@ -251,7 +223,7 @@ idem_records_truncated(PG_FUNCTION_ARGS)
 	objects = check_trigger(fcinfo, "idem_records_truncated", "an AFTER TRUNCATE",
 							CALLED_AS_TRIGGER(fcinfo) &&
 							FIRED_AS(trigdata, AFTER, STATEMENT, TRUNCATE));
-	(void) nextval_internal(objects->token_epoch, false);
+	(void) idem_token_epoch_advance(objects);
 	return PointerGetDatum(NULL);
 }
 

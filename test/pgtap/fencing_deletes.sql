@@ -18,7 +18,7 @@ SELECT plan(40);
 
 CREATE TEMP TABLE saved_epoch AS
 SELECT last_value, is_called FROM idem_token_epoch;
--- the epoch as idem_store_first_token reads it (0 before any advance)
+-- the epoch as idem_token_first reads it (0 before any advance)
 CREATE FUNCTION pg_temp.epoch() RETURNS bigint LANGUAGE sql
 RETURN coalesce(pg_sequence_last_value('idem_token_epoch'), 0);
 GRANT EXECUTE ON FUNCTION pg_temp.epoch() TO PUBLIC;
