@@ -273,18 +273,20 @@ $function$;
  * A token is epoch * 2^16 + n from here on, where it was epoch * 2^32 + n:
  * 2^47 epochs, so that no workload spends them (src/tokens.c).  The epoch
  * moves above every token issued so far, so that today's tokens stay valid
- * and every later one is above them; in a fresh install (no record, the
- * epoch never advanced) nothing moves and keys start at 1.
+ * and every later one is above them: every token was below (epoch + 1) *
+ * 2^32, which is (epoch + 1) * 2^16 epochs of the new scheme (n would need
+ * 2^32 takeovers of one key to reach it), found without reading the
+ * records.  In a fresh install (no record, the epoch never advanced)
+ * nothing moves and keys start at 1.
  */
 ALTER SEQUENCE @extschema@.idem_token_epoch MAXVALUE 140737488355327;
 
 SELECT pg_catalog.setval('@extschema@.idem_token_epoch', rescaled.epoch)
-FROM (SELECT GREATEST(
-          (SELECT CASE WHEN is_called THEN (last_value OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) 65536
-                       ELSE 0 END
-             FROM @extschema@.idem_token_epoch),
-          (SELECT pg_catalog.max(token) OPERATOR(pg_catalog./) 65536 OPERATOR(pg_catalog.+) 1
-             FROM @extschema@.idempotency_records)) AS epoch) rescaled
+FROM (SELECT CASE WHEN is_called
+                  THEN (last_value OPERATOR(pg_catalog.+) 1) OPERATOR(pg_catalog.*) 65536
+                  WHEN EXISTS (SELECT FROM @extschema@.idempotency_records) THEN 65536
+                  ELSE 0 END AS epoch
+        FROM @extschema@.idem_token_epoch) rescaled
 WHERE rescaled.epoch OPERATOR(pg_catalog.>) 0;
 
 COMMENT ON SEQUENCE @extschema@.idem_token_epoch IS
