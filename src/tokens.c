@@ -37,9 +37,11 @@
  * At the limit of the sequence, whatever needs a new epoch fails with an
  * error that says what to do, rather than repeat a token.
  *
- * The epoch is read and advanced as the sequence's owner: a claim or a
- * deletion spends it as part of what the role is allowed to do, not as a
- * right of its own (removal.c).  The move on a new timeline is serialised
+ * The epoch is advanced as the sequence's owner, and read so by deletions:
+ * they spend it as part of what the role is allowed to do, not as a right
+ * of its own (removal.c).  A claim, which hands the epoch out, reads it with
+ * the claimant's privileges (PUBLIC may read it), as the hot path always
+ * has: no owner switch per new key.  The move on a new timeline is serialised
  * by a session lock on idem_token_timeline, held only for the move: two
  * backends moving at once could otherwise set the epoch back below an
  * advance made in between.  Both sequences are changed without being
@@ -103,7 +105,21 @@ owner_of(Oid relation)
 	return owner;
 }
 
-/* last_value of a sequence, read as its owner; 0 before its first nextval */
+/* last_value of a sequence, read as the caller; 0 before its first nextval */
+static int64
+last_value(Oid sequence)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		last;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = ObjectIdGetDatum(sequence);
+	fcinfo->args[0].isnull = false;
+	last = pg_sequence_last_value(fcinfo);
+	return fcinfo->isnull ? 0 : DatumGetInt64(last);
+}
+
+/* the same, read as the sequence's owner */
 static int64
 last_value_as_owner(Oid sequence)
 {
@@ -151,12 +167,17 @@ idem_token_epoch_require_room(const IdemObjects *objects, int64 epoch, int64 by)
 				 errhint("Stop every client that may still hold a fencing token, delete the records, and only then lower \"idem_token_epoch\" with setval.")));
 }
 
-int64
-idem_token_epoch_now(const IdemObjects *objects)
+/*
+ * The epoch read by a claimant or as the owner.  Beyond the limit of the
+ * objects' scheme only after the update to 0.3.0, committed since this
+ * session loaded the objects.
+ */
+static int64
+epoch_read(const IdemObjects *objects, bool as_owner)
 {
-	int64		epoch = last_value_as_owner(objects->token_epoch);
+	int64		epoch = as_owner ? last_value_as_owner(objects->token_epoch) :
+		last_value(objects->token_epoch);
 
-	/* only the update to 0.3.0, committed since this session loaded the objects */
 	if (epoch > epoch_limit(objects))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -165,6 +186,12 @@ idem_token_epoch_now(const IdemObjects *objects)
 						   (long long) epoch),
 				 errhint("Retry the transaction.")));
 	return epoch;
+}
+
+int64
+idem_token_epoch_now(const IdemObjects *objects)
+{
+	return epoch_read(objects, true);
 }
 
 int64
@@ -227,7 +254,7 @@ int64
 idem_token_first(const IdemObjects *objects)
 {
 	check_timeline(objects);
-	return (idem_token_epoch_now(objects) << idem_token_shift(objects)) + 1;
+	return (epoch_read(objects, false) << idem_token_shift(objects)) + 1;
 }
 
 int64
@@ -238,7 +265,7 @@ idem_token_next(const IdemObjects *objects, int64 old)
 	int64		first;
 
 	check_timeline(objects);
-	epoch = idem_token_epoch_now(objects);
+	epoch = epoch_read(objects, false);
 	first = (epoch << shift) + 1;
 	if (old < first)
 		return first;
