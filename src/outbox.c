@@ -721,8 +721,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_order);
 static LocalTransactionId default_lxid = InvalidLocalTransactionId;
 static int64 default_seq = 0;
 
-/* The trigger's key locks in the transaction of the local id order_lxid. */
-static LocalTransactionId order_lxid = InvalidLocalTransactionId;
+/* The trigger's key locks while the transaction holds outbox locks. */
 static int	order_keys = 0;
 
 /* The attribute numbers the trigger reads, for the table order_relid. */
@@ -901,11 +900,8 @@ idem_outbox_order(PG_FUNCTION_ARGS)
 	{
 		if (outside_tenant(fcinfo->flinfo->fn_oid, rel, scope))
 			return PointerGetDatum(tuple);	/* the policy refuses it */
-		if (order_lxid != IDEM_MY_LXID)
-		{
-			order_lxid = IDEM_MY_LXID;
+		if (!outbox_locked_in_xact)
 			order_keys = 0;
-		}
 		/* past the bulk size: the scope's lock, if it is free at once */
 		if (!lock_scope_first(seed, order_keys < OUTBOX_BULK_KEYS ? 1 : order_keys + 1))
 		{
