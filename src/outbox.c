@@ -12,9 +12,9 @@
  * version 7 (a millisecond timestamp, then random bits), so that the primary
  * key grows at its right edge like a sequence instead of at random pages.
  * The order of emits is the seq column, drawn from idem_outbox_seq by the
- * column's default during the INSERT: per (scope, topic, key), relays hand
- * messages out in seq order (the claim's head-of-line rule, in the install
- * script).
+ * column's default during the INSERT (from 0.3.0 idem_outbox_next_seq(),
+ * below): per (scope, topic, key), relays hand messages out in seq order
+ * (the claim's head-of-line rule, in the install script).
  *
  * Locking: before its INSERT, an emit takes a transaction-level lock on its
  * (scope, topic, key), an advisory lock of class OUTBOX_KEY_LOCK_CLASS.  So
@@ -26,7 +26,10 @@
  * behind the one in flight).  A batch takes the locks of its keys in the
  * order of their hashes, so that two batches never deadlock each other;
  * idem_outbox_retry takes both locks an emit of its key takes before it
- * draws the message's new seq.
+ * draws the message's new seq.  A row inserted into the table directly (an
+ * ORM's) takes them too, in the trigger idem_outbox_order, and draws its seq
+ * again after them (see "The order trigger" below): the order holds for
+ * every row that enters the table, not only for emits.
  *
  * The shared lock table is small (max_locks_per_transaction locks per
  * connection, shared by all), so a bulk emit does not lock each of its
