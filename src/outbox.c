@@ -714,8 +714,10 @@ idem_outbox_lock_key(PG_FUNCTION_ARGS)
  * different orders can.  Past OUTBOX_BULK_KEYS key locks in a transaction
  * the trigger takes a row's scope lock instead if it is free at once, so
  * that a big INSERT ... SELECT does not fill the shared lock table while
- * the scope is quiet.  Each row notifies the relays, as an emit does (one
- * notification per transaction).
+ * the scope is quiet.  A row whose seq is drawn notifies the relays, as an
+ * emit does (one notification per transaction); one that brings its seq
+ * does not: a restore has no relays to wake, and logical replication may
+ * apply it in a prepared transaction, which may not have notified.
  */
 PG_FUNCTION_INFO_V1(idem_outbox_next_seq);
 PG_FUNCTION_INFO_V1(idem_outbox_order);
@@ -876,13 +878,13 @@ idem_outbox_order(PG_FUNCTION_ARGS)
 	tuple = trigdata->tg_trigtuple;
 	desc = RelationGetDescr(rel);
 	order_columns(rel);
-	notify_relays();
 
 	/* a seq of the row's own: kept (a NULL one is drawn as a default) */
 	seq = heap_getattr(tuple, order_seq_att, desc, &isnull);
 	if (!isnull && (default_lxid != IDEM_MY_LXID || DatumGetInt64(seq) != default_seq))
 		return PointerGetDatum(tuple);
 	default_lxid = InvalidLocalTransactionId;
+	notify_relays();
 
 	/* NOT NULL columns: a NULL goes on to the executor's own error */
 	scope = text_column(tuple, desc, order_scope_att);
