@@ -240,9 +240,9 @@ DROP ROLE regress_idem_nobody;
 --
 -- The outbox table: the columns of Debezium's outbox event router first by
 -- name (id, aggregatetype, aggregateid, type, payload), the relay's after the
--- fixed-width ones; its constraints and the three indexes (two partial
+-- fixed-width ones; its constraints, the three indexes (two partial
 -- B-trees over live messages for the claim, BRIN on created_at for the
--- purge), and its status type.
+-- purge), its order trigger, and its status type.
 --
 SELECT a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type,
        a.attnotnull AS not_null, co.collname AS collation,
@@ -264,6 +264,12 @@ ORDER BY conname;
 SELECT indexrelid::regclass AS index, indisprimary, indisunique,
        pg_get_indexdef(indexrelid) AS definition
 FROM pg_index WHERE indrelid = 'idem_outbox'::regclass
+ORDER BY 1;
+
+-- Its one trigger (0.3.0): a row whose seq the default drew takes its key's
+-- lock and draws again, as an emit does; fired also in replica mode (A).
+SELECT tgname, tgenabled, pg_get_triggerdef(oid) AS definition
+FROM pg_trigger WHERE tgrelid = 'idem_outbox'::regclass AND NOT tgisinternal
 ORDER BY 1;
 
 SELECT enum_range(NULL::idem_outbox_status) AS labels;

@@ -12,9 +12,9 @@
  * version 7 (a millisecond timestamp, then random bits), so that the primary
  * key grows at its right edge like a sequence instead of at random pages.
  * The order of emits is the seq column, drawn from idem_outbox_seq by the
- * column's default during the INSERT: per (scope, topic, key), relays hand
- * messages out in seq order (the claim's head-of-line rule, in the install
- * script).
+ * column's default during the INSERT (from 0.3.0 idem_outbox_next_seq(),
+ * below): per (scope, topic, key), relays hand messages out in seq order
+ * (the claim's head-of-line rule, in the install script).
  *
  * Tenants: under tenant isolation an emit to a scope outside the caller's
  * tenant is refused with 42501 (as a claim is) before it takes any lock, so
@@ -30,7 +30,10 @@
  * behind the one in flight).  A batch takes the locks of its keys in the
  * order of their hashes, so that two batches never deadlock each other;
  * idem_outbox_retry takes both locks an emit of its key takes before it
- * draws the message's new seq.
+ * draws the message's new seq.  A row inserted into the table directly (an
+ * ORM's) takes them too, in the trigger idem_outbox_order, and draws its seq
+ * again after them (see "The order trigger" below): the order holds for
+ * every row that enters the table, not only for emits.
  *
  * The shared lock table is small (max_locks_per_transaction locks per
  * connection, shared by all), so a bulk emit does not lock each of its
@@ -61,13 +64,16 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/nbtree.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -688,4 +694,254 @@ idem_outbox_lock_key(PG_FUNCTION_ARGS)
 {
 	lock_one_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2));
 	PG_RETURN_VOID();
+}
+
+/*
+ * The order trigger: every row that enters idem_outbox gets its seq as an
+ * emit's does, also one that an application (an ORM) inserts directly.
+ *
+ * seq's default is idem_outbox_next_seq(), nextval of idem_outbox_seq that
+ * also remembers the value it drew, so that the trigger can tell a seq the
+ * default drew for the row (the column left out, or DEFAULT) from one the
+ * row brings: defaults are evaluated row by row, just before the row's
+ * BEFORE triggers.  idem_outbox_order is a BEFORE INSERT trigger for each
+ * row, enabled ALWAYS (it fires also under session_replication_role =
+ * replica).  For a row whose seq the default drew it makes sure that the
+ * transaction holds its key's lock, the lock an emit takes (lock_scope_first
+ * and lock_key, under the same rules), and if it had to take it, draws seq
+ * again after it, so that per key seq order is commit order whoever
+ * inserts.  A row that brings its own seq keeps it and takes no lock: a
+ * restore (COPY of a dump), a copy between shards, logical replication, an
+ * owner's row written by hand, rows whose order was settled where they came
+ * from (and a restore of millions of rows would fill the shared lock
+ * table).  An emitter may not write seq (its INSERT privilege leaves the
+ * column out), so its rows always take the lock.  A seq that equals the
+ * value the default drew last is taken for a drawn one: the mistake can only
+ * cost a lock and a new seq.
+ *
+ * An emit locks its key before its INSERT, so the default draws its seq
+ * after the lock and the trigger, finding the lock held (two hashes and a
+ * lookup in the backend's own lock table), leaves the row as it is: the
+ * emit does not pay for a copy of its row.  So does a direct INSERT of a key
+ * the transaction holds already.  Otherwise, under tenant isolation the
+ * row's scope is checked before any lock: the policies' WITH CHECK runs only
+ * after BEFORE triggers, and a row of another tenant's scope must not wait
+ * for that tenant's emits (it would learn of them) before it is refused.
+ * (Policies other than the extension's cannot be told in advance: then the
+ * lock is taken and the executor decides, as before.)
+ *
+ * An INSERT of many rows locks their keys one row at a time, in the order
+ * of its rows, not of the keys' hashes as a batch emit does: two such
+ * INSERTs of the same keys in different orders can deadlock (one is
+ * cancelled, 40P01), as two transactions updating the same rows in
+ * different orders can.  Past OUTBOX_BULK_KEYS key locks in a transaction
+ * the trigger takes a row's scope lock instead if it is free at once, so
+ * that a big INSERT ... SELECT does not fill the shared lock table while
+ * the scope is quiet.  A row whose seq is drawn notifies the relays, as an
+ * emit does (one notification per transaction); one that brings its seq
+ * does not: a restore has no relays to wake, and logical replication may
+ * apply it in a prepared transaction, which may not have notified.
+ */
+PG_FUNCTION_INFO_V1(idem_outbox_next_seq);
+PG_FUNCTION_INFO_V1(idem_outbox_order);
+
+/* The seq idem_outbox_next_seq drew last, in the transaction default_lxid. */
+static LocalTransactionId default_lxid = InvalidLocalTransactionId;
+static int64 default_seq = 0;
+
+/* The trigger's key locks while the transaction holds outbox locks. */
+static int	order_keys = 0;
+
+/* The attribute numbers the trigger reads, for the table order_relid. */
+static Oid	order_relid = InvalidOid;
+static AttrNumber order_seq_att,
+			order_scope_att,
+			order_topic_att,
+			order_key_att;
+
+static int64
+draw_seq(Oid fn_oid)
+{
+	Oid			seq_oid;
+
+	(void) idem_objects(fn_oid);
+	seq_oid = idem_objects_outbox_seq();
+	if (!OidIsValid(seq_oid))
+		elog(ERROR, "sequence idem_outbox_seq of extension \"idempotency\" is missing");
+	default_seq = DatumGetInt64(DirectFunctionCall1(nextval_oid, ObjectIdGetDatum(seq_oid)));
+	default_lxid = IDEM_MY_LXID;
+	return default_seq;
+}
+
+/*
+ * idem_outbox_next_seq(): the default of idem_outbox.seq.  The caller needs
+ * USAGE on idem_outbox_seq, as for nextval.
+ */
+Datum
+idem_outbox_next_seq(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(draw_seq(fcinfo->flinfo->fn_oid));
+}
+
+static bool
+is_column(TupleDesc desc, AttrNumber attnum, const char *name)
+{
+	Form_pg_attribute att;
+
+	if (attnum <= 0 || attnum > desc->natts)
+		return false;
+	att = TupleDescAttr(desc, attnum - 1);
+	return !att->attisdropped && strcmp(NameStr(att->attname), name) == 0;
+}
+
+static AttrNumber
+column_of(Relation rel, const char *name, Oid type)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0 &&
+			att->atttypid == type)
+			return (AttrNumber) (i + 1);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"%s\" has no column \"%s\" of type %s",
+					RelationGetRelationName(rel), name, format_type_be(type)),
+			 errhint("The trigger function idem_outbox_order is for the table idem_outbox of extension \"idempotency\".")));
+	pg_unreachable();
+}
+
+/* Looked up by name once per backend and table, checked at each row. */
+static void
+order_columns(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (order_relid == RelationGetRelid(rel) &&
+		is_column(desc, order_seq_att, "seq") &&
+		is_column(desc, order_scope_att, "scope") &&
+		is_column(desc, order_topic_att, "aggregatetype") &&
+		is_column(desc, order_key_att, "aggregateid"))
+		return;
+	order_relid = InvalidOid;
+	order_seq_att = column_of(rel, "seq", INT8OID);
+	order_scope_att = column_of(rel, "scope", TEXTOID);
+	order_topic_att = column_of(rel, "aggregatetype", TEXTOID);
+	order_key_att = column_of(rel, "aggregateid", TEXTOID);
+	order_relid = RelationGetRelid(rel);
+}
+
+/* Does this transaction hold the lock an emit of the key takes? */
+static bool
+key_locked_by_me(uint64 seed, uint64 hash)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hash >> 32), (uint32) hash,
+						 OUTBOX_KEY_LOCK_CLASS);
+	if (idem_lock_held_by_me(&tag, ExclusiveLock))
+		return true;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (seed >> 32), (uint32) seed,
+						 OUTBOX_SCOPE_LOCK_CLASS);
+	return idem_lock_held_by_me(&tag, ExclusiveLock);
+}
+
+/* Is the row's scope outside the caller's tenants, as far as we can tell? */
+static bool
+outside_tenant(Oid fn_oid, Relation rel, text *scope)
+{
+	IdemStore	store;
+	IdemTenantCheck check;
+
+	idem_store_open(&store, fn_oid);
+	check = idem_store_tenant_check(RelationGetRelid(rel), scope);
+	idem_store_close(&store);
+	return check == IDEM_TENANT_OUTSIDE;
+}
+
+static text *
+text_column(HeapTuple tuple, TupleDesc desc, AttrNumber attnum)
+{
+	bool		isnull;
+	Datum		value = heap_getattr(tuple, attnum, desc, &isnull);
+
+	return isnull ? NULL : DatumGetTextPP(value);
+}
+
+/*
+ * idem_outbox_order(): BEFORE INSERT ON idem_outbox FOR EACH ROW.
+ */
+Datum
+idem_outbox_order(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	HeapTuple	tuple;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		seq;
+	text	   *scope;
+	text	   *topic;
+	text	   *key;
+	uint64		seed;
+	uint64		hash;
+	int			seq_col;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function idem_outbox_order must be fired BEFORE INSERT FOR EACH ROW")));
+	rel = trigdata->tg_relation;
+	tuple = trigdata->tg_trigtuple;
+	desc = RelationGetDescr(rel);
+	order_columns(rel);
+
+	/* a seq of the row's own: kept (a NULL one is drawn as a default) */
+	seq = heap_getattr(tuple, order_seq_att, desc, &isnull);
+	if (!isnull && (default_lxid != IDEM_MY_LXID || DatumGetInt64(seq) != default_seq))
+		return PointerGetDatum(tuple);
+	default_lxid = InvalidLocalTransactionId;
+	notify_relays();
+
+	/* NOT NULL columns: a NULL goes on to the executor's own error */
+	scope = text_column(tuple, desc, order_scope_att);
+	topic = text_column(tuple, desc, order_topic_att);
+	key = text_column(tuple, desc, order_key_att);
+	if (scope == NULL || topic == NULL || key == NULL)
+		return PointerGetDatum(tuple);
+
+	seed = scope_hash(scope);
+	hash = key_lock_hash(seed, topic, key);
+	if (key_locked_by_me(seed, hash))
+	{
+		/* drawn under the lock already (an emit's row) */
+		if (!isnull)
+			return PointerGetDatum(tuple);
+	}
+	else
+	{
+		if (outside_tenant(fcinfo->flinfo->fn_oid, rel, scope))
+			return PointerGetDatum(tuple);	/* the policy refuses it */
+		if (!outbox_locked_in_xact)
+			order_keys = 0;
+		/* past the bulk size: the scope's lock, if it is free at once */
+		if (!lock_scope_first(seed, order_keys < OUTBOX_BULK_KEYS ? 1 : order_keys + 1))
+		{
+			lock_key(hash);
+			order_keys++;
+		}
+	}
+
+	/* after the lock */
+	seq = Int64GetDatum(draw_seq(fcinfo->flinfo->fn_oid));
+	default_lxid = InvalidLocalTransactionId;
+	seq_col = order_seq_att;
+	isnull = false;
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, desc, 1, &seq_col, &seq, &isnull));
 }

@@ -1071,6 +1071,12 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 		fn_name = "idem_consumer_in_scope";
 		column_name = "consumer";
 	}
+	else if (heap_oid == get_relname_relid("idem_outbox", objects->namespace))
+	{
+		/* the outbox's policies are the records' (0.2.0), on its scope */
+		fn_name = "idem_scope_in_tenant";
+		column_name = "scope";
+	}
 	else
 		return IDEM_TENANT_UNKNOWN;
 
