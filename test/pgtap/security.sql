@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 66::bigint, 'the extension has 66 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 68::bigint, 'the extension has 68 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -99,13 +99,14 @@ SELECT results_eq(
              ('idem_fingerprint(bytea)'), ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'),
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
              ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
-             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'), ('idem_outbox_stuck()'),
+             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'), ('idem_outbox_next_seq()'), ('idem_outbox_stuck()'),
              ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'), ('idem_route_hash(text)'),
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()')$$,
     'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
-    'idem_transition (which acts with the caller''s table privileges) and idem_outbox_stuck (idem_stuck''s reader of the outbox)');
+    'idem_transition (which acts with the caller''s table privileges), idem_outbox_stuck (idem_stuck''s reader of the outbox) '
+    'and idem_outbox_next_seq (the default of idem_outbox.seq: nextval under the caller''s privileges)');
 
 -- the script itself
 CREATE TEMP TABLE install_script AS
@@ -175,6 +176,7 @@ INSERT INTO calls VALUES
     ('idem_apply_global_reconcilers()', 'idem_apply_global_reconcilers', $$SELECT idem_apply_global_reconcilers()$$),
     ('idem_apply_tenant_members()', 'idem_apply_tenant_members', $$SELECT idem_apply_tenant_members()$$),
     ('idem_records_removed()', 'idem_records_removed', $$SELECT idem_records_removed()$$),
+    ('idem_outbox_order()', 'idem_outbox_order', $$SELECT idem_outbox_order()$$),
     ('idem_records_truncated()', 'idem_records_truncated', $$SELECT idem_records_truncated()$$),
     ('idem_records_rekeyed()', 'idem_records_rekeyed', $$SELECT idem_records_rekeyed()$$);
 GRANT SELECT ON calls TO PUBLIC;
