@@ -56,6 +56,7 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "tokens.h"
@@ -156,8 +157,16 @@ idem_token_epoch_now(const IdemObjects *objects)
 {
 	int64		epoch = last_value_as_owner(objects->token_epoch);
 
-	/* only the update to 0.3.0, committed since this session loaded the objects */
-	if (epoch > epoch_limit(objects))
+	/*
+	 * The update to 0.3.0, committed since this session loaded the objects
+	 * (in a transaction that held its locks on the records throughout).
+	 * Reading the sequence locked it, which waited for the update's ALTER
+	 * SEQUENCE or took in its invalidations, so the look-up sees the new
+	 * sequence; the rescaled epoch alone may still fit the old scheme.
+	 */
+	if (epoch > epoch_limit(objects) ||
+		(!OidIsValid(objects->token_timeline) &&
+		 OidIsValid(get_relname_relid("idem_token_timeline", objects->namespace))))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("the fencing tokens of idempotency records changed their scheme during this transaction"),
