@@ -688,11 +688,18 @@ idem_outbox_counted(PG_FUNCTION_ARGS)
 /*
  * idem_outbox_lock_key(scope, topic, key): the emits' lock on a key, for
  * idem_outbox_retry, which draws a new seq for a dead message.  STRICT.
+ * A role may call it directly: the tenant is checked first, as an emit's.
  */
 Datum
 idem_outbox_lock_key(PG_FUNCTION_ARGS)
 {
-	lock_one_key(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2));
+	text	   *scope = PG_GETARG_TEXT_PP(0);
+	IdemStore	store;
+
+	idem_store_open(&store, fcinfo->flinfo->fn_oid);
+	check_tenant(scope);
+	idem_store_close(&store);
+	lock_one_key(scope, PG_GETARG_TEXT_PP(1), PG_GETARG_TEXT_PP(2));
 	PG_RETURN_VOID();
 }
 

@@ -58,6 +58,7 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "tokens.h"
@@ -167,18 +168,23 @@ idem_token_epoch_require_room(const IdemObjects *objects, int64 epoch, int64 by)
 				 errhint("Stop every client that may still hold a fencing token, delete the records, and only then lower \"idem_token_epoch\" with setval.")));
 }
 
-/*
- * The epoch read by a claimant or as the owner.  Beyond the limit of the
- * objects' scheme only after the update to 0.3.0, committed since this
- * session loaded the objects.
- */
+/* The epoch, read by a claimant or as the owner. */
 static int64
 epoch_read(const IdemObjects *objects, bool as_owner)
 {
 	int64		epoch = as_owner ? last_value_as_owner(objects->token_epoch) :
 		last_value(objects->token_epoch);
 
-	if (epoch > epoch_limit(objects))
+	/*
+	 * The update to 0.3.0, committed since this session loaded the objects
+	 * (in a transaction that held its locks on the records throughout).
+	 * Reading the sequence locked it, which waited for the update's ALTER
+	 * SEQUENCE or took in its invalidations, so the look-up sees the new
+	 * sequence; the rescaled epoch alone may still fit the old scheme.
+	 */
+	if (epoch > epoch_limit(objects) ||
+		(!OidIsValid(objects->token_timeline) &&
+		 OidIsValid(get_relname_relid("idem_token_timeline", objects->namespace))))
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("the fencing tokens of idempotency records changed their scheme during this transaction"),

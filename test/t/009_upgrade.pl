@@ -603,5 +603,28 @@ is( $ob->safe_psql('outbox', q{
 		SELECT string_agg(aggregateid || ' ' || status, ',' ORDER BY seq) FROM idem_outbox
 		 WHERE aggregateid IN ('o-5', 'o-6')}),
 	'o-5 pending,o-6 pending', 'its messages are committed, pending');
+
+# A transaction open across the update to 0.3.0, with the extension's
+# objects loaded at 0.2.0 and its locks on the records taken: a claim in it
+# reads the rescaled epoch.  It must not shift it by 0.2.0's 32 bits (a
+# token far ahead of the epoch, which no takeover or release can follow),
+# but fail with 40001, or issue a token of the new scheme.
+$ob->safe_psql('postgres', 'CREATE DATABASE span');
+$ob->safe_psql('span', q{CREATE EXTENSION idempotency VERSION '0.2.0'});
+$ob->safe_psql('span', q{SELECT idem_claim('gone', idem_fingerprint('g'), '1 hour');
+	DELETE FROM idempotency_records});
+my $span = $ob->background_psql('span', on_error_stop => 0);
+$span->query_safe(q{SET client_min_messages = error});
+$span->query_safe(q{SELECT 1 FROM idem_claim('before', idem_fingerprint('b'), '1 hour')});
+$span->query_safe(q{BEGIN; DELETE FROM idempotency_records WHERE false});
+$ob->safe_psql('span', q{ALTER EXTENSION idempotency UPDATE});
+my $during = $span->query(q{SELECT token FROM idem_claim('during', idem_fingerprint('d'), '1 hour')});
+my $during_err = $span->{stderr};
+$span->query(q{COMMIT});
+$span->quit;
+my $epoch = $ob->safe_psql('span', q{SELECT last_value FROM idem_token_epoch});
+ok( ($during_err =~ /changed their scheme/ && $during eq '')
+	  || ($during_err eq '' && $during ne '' && ($during >> 16) == $epoch),
+	"a claim in a transaction open across the update fails with 40001 or takes a token of the new scheme (got '$during', epoch $epoch, '$during_err')");
 $ob->stop;
 done_testing();
