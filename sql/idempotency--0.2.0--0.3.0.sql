@@ -298,14 +298,14 @@ COMMENT ON SEQUENCE @extschema@.idem_token_epoch IS
  * epoch jumps, so that no token issued in a commit the old timeline
  * acknowledged and lost can be issued again.  Not in the dump: a restore
  * records its own server's timeline at CREATE EXTENSION.  Nobody needs a
- * privilege on it; the library reads and sets it as its owner.
+ * privilege on it, and a sequence gives PUBLIC none: the library reads and
+ * sets it as its owner.
  */
 CREATE SEQUENCE @extschema@.idem_token_timeline AS bigint MINVALUE 0 START WITH 0;
 
 COMMENT ON SEQUENCE @extschema@.idem_token_timeline IS
     'the timeline on which the token epoch last moved on (idem_token_epoch)';
 
-REVOKE ALL ON SEQUENCE @extschema@.idem_token_timeline FROM PUBLIC;
 
 SELECT pg_catalog.setval('@extschema@.idem_token_timeline',
                          ('x' OPERATOR(pg_catalog.||)
