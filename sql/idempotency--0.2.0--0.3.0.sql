@@ -369,6 +369,178 @@ COMMENT ON COLUMN @extschema@.idem_outbox.seq IS
     'order of emits (idem_outbox_seq), drawn after the key''s lock (trigger idem_outbox_order) unless the row brings its own';
 
 -- ---------------------------------------------------------------------------
+-- Issue 25: idem_grant and idem_revoke_all take turns (section "kinds")
+-- ---------------------------------------------------------------------------
+
+/*
+ * Roles onboarded in parallel: two transactions that GRANT or REVOKE on the
+ * same objects update the same catalog rows, and the second fails with
+ * "tuple concurrently updated" (XX000) once the first commits.  Each call
+ * now first takes a transaction-level advisory lock (7459, 0), so the second
+ * waits and then grants on what the first committed.  The bodies are 0.2.0's
+ * with that line added.
+ */
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(kind text, grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    functions text;
+    tables text;
+    privileges text;
+BEGIN
+    IF kind IS NULL OR grantee IS NULL THEN
+        RAISE EXCEPTION 'kind and grantee must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Nothing is granted to PUBLIC: name a role.';
+    END IF;
+    -- one call at a time: concurrent GRANTs of the same objects fail with
+    -- "tuple concurrently updated"
+    PERFORM pg_catalog.pg_advisory_xact_lock(7459, 0);
+    CASE kind
+    WHEN 'client' THEN
+        functions := format('%1$s.idem_claim(text, bytea, interval, text, interval, boolean), '
+                            '%1$s.idem_complete(text, bigint, jsonb, integer, text, jsonb), '
+                            '%1$s.idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb), '
+                            '%1$s.idem_checkpoint(text, bigint, text, interval, text), '
+                            '%1$s.idem_release(text, bigint, text), '
+                            '%1$s.idem_mark_unknown(text, bigint, jsonb, text), '
+                            '%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, INSERT, UPDATE, DELETE';
+    WHEN 'reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_outbox TO %2$s', s, grantee);
+    WHEN 'global_reconciler' THEN
+        functions := format('%1$s.idem_resolve(text, %1$s.idem_status, jsonb, integer, text, boolean, jsonb), '
+                            '%1$s.idem_lookup(text, text)', s);
+        tables := format('%s.idempotency_records', s);
+        -- only the columns idem_resolve sets (STMT_RESOLVE in src/record_store.c)
+        privileges := 'SELECT, UPDATE (status, result, error, response_code, response_headers, '
+                      'retryable, completed_at, updated_at, expires_at)';
+        EXECUTE format('GRANT SELECT ON TABLE %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox TO %2$s',
+                       s, grantee);
+        EXECUTE format('INSERT INTO %s.idem_global_reconcilers (role) '
+                       'VALUES (%s::pg_catalog.oid::pg_catalog.regrole) ON CONFLICT (role) DO NOTHING',
+                       s, grantee::pg_catalog.oid);
+    WHEN 'reader' THEN
+        functions := format('%1$s.idem_lookup(text, text), %1$s.idem_await(text, text, interval)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox', s);
+        privileges := 'SELECT';
+    WHEN 'consumer' THEN
+        functions := format('%1$s.idem_inbox_accept(text, text, interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, boolean), '
+                            '%1$s.idem_inbox_accept_seq(text, text, bigint, integer, boolean), '
+                            '%1$s.idem_inbox_watermark(text, text), '
+                            '%1$s.idem_inbox_accept_many(text, text[], interval, boolean), '
+                            '%1$s.idem_inbox_accept_seq_many(text, text, bigint[], boolean)', s);
+        tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
+        privileges := 'SELECT, INSERT, UPDATE';
+    WHEN 'maintenance' THEN
+        functions := format('%s.idem_purge(integer, integer)', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_inbox, %1$s.idem_outbox', s);
+        privileges := 'SELECT, UPDATE, DELETE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
+    WHEN 'machine_admin' THEN
+        functions := format('%1$s.idem_define_machine(text, jsonb, text[]), '
+                            '%1$s.idem_drop_machine(text), '
+                            '%1$s.idem_attach_machine(regclass, name, text, boolean, boolean), '
+                            '%1$s.idem_detach_machine(regclass, name)', s);
+        tables := format('%1$s.idem_machines, %1$s.idem_machine_moves', s);
+        privileges := 'INSERT, UPDATE, DELETE';
+    WHEN 'monitor' THEN
+        functions := format('%s.idem_stats_reset()', s);
+        tables := format('%1$s.idempotency_records, %1$s.idem_stuck, %1$s.idem_summary, %1$s.idem_outbox', s);
+        privileges := 'SELECT';
+    WHEN 'emitter' THEN
+        functions := format('%1$s.idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval), '
+                            '%1$s.idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval)', s);
+        tables := format('%s.idem_outbox', s);
+        -- only the columns an emit sets: status, seq, token, lease and
+        -- attempts take their defaults, so an emitter cannot write a
+        -- message in flight or ahead of others of its key
+        privileges := 'INSERT (id, created_at, available_at, updated_at, scope, '
+                      'aggregatetype, aggregateid, type, headers, payload)';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_outbox_seq TO %s', s, grantee);
+    WHEN 'relay' THEN
+        functions := format('%1$s.idem_outbox_claim(text, integer, interval, text[]), '
+                            '%1$s.idem_outbox_ack(uuid[], bigint), '
+                            '%1$s.idem_outbox_nack(uuid, bigint, jsonb, interval), '
+                            '%1$s.idem_outbox_retry(uuid), '
+                            '%1$s.idem_outbox_lock_key(text, text, text), '
+                            '%1$s.idem_outbox_check_token(uuid, bigint, text), '
+                            '%1$s.idem_outbox_counted(text, bigint)', s);
+        tables := format('%s.idem_outbox', s);
+        privileges := 'SELECT, UPDATE';
+        EXECUTE format('GRANT USAGE ON SEQUENCE %1$s.idem_outbox_token, %1$s.idem_outbox_seq TO %2$s', s, grantee);
+    ELSE
+        RAISE EXCEPTION 'unknown kind of user "%"', kind
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'The kinds are client, reconciler, global_reconciler, reader, consumer, maintenance, machine_admin, monitor, emitter and relay.';
+    END CASE;
+    EXECUTE format('GRANT USAGE ON SCHEMA %s TO %s', s, grantee);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s', functions, grantee);
+    EXECUTE format('GRANT %s ON TABLE %s TO %s', privileges, tables, grantee);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_revoke_all(grantee regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s constant text := '@extschema@';
+    object record;
+BEGIN
+    IF grantee IS NULL THEN
+        RAISE EXCEPTION 'grantee must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF grantee OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'grantee must be a role' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- one call at a time: concurrent GRANTs of the same objects fail with
+    -- "tuple concurrently updated"
+    PERFORM pg_catalog.pg_advisory_xact_lock(7459, 0);
+    FOR object IN
+        SELECT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure) AS name
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+        UNION ALL
+        SELECT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass)
+        FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+          AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                 WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency')
+          AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,v,S}')
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', object.name, grantee);
+    END LOOP;
+    EXECUTE pg_catalog.format('REVOKE USAGE ON SCHEMA %s FROM %s', s, grantee);
+    DELETE FROM @extschema@.idem_global_reconcilers g
+     WHERE g.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
+    DELETE FROM @extschema@.idem_tenant_members m
+     WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
+END
+$$;
+
+
+-- ---------------------------------------------------------------------------
 -- Issue 25: grants that earlier update scripts made become ordinary grants
 -- (section "grants"; last, so that it also covers what this script grants)
 -- ---------------------------------------------------------------------------
