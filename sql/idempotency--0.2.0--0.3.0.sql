@@ -60,6 +60,9 @@ DECLARE
     s constant text := '@extschema@';
     roles text;
 BEGIN
+    -- idem_grant's lock first (section "kinds"): a transaction that grants a
+    -- tenant and then a kind takes the two locks in the order idem_grant does
+    PERFORM pg_catalog.pg_advisory_xact_lock(7459, 0);
     LOCK TABLE @extschema@.idempotency_records IN ACCESS EXCLUSIVE MODE;
     PERFORM @extschema@.idem_refuse_stale_snapshot(TG_RELID);
     SELECT string_agg(g.role::pg_catalog.text, ', ' ORDER BY g.role::pg_catalog.text) INTO roles
@@ -99,6 +102,9 @@ DECLARE
     roles text;
     t record;
 BEGIN
+    -- idem_grant's lock first (section "kinds"): a transaction that grants a
+    -- tenant and then a kind takes the two locks in the order idem_grant does
+    PERFORM pg_catalog.pg_advisory_xact_lock(7459, 0);
     LOCK TABLE @extschema@.idempotency_records IN ACCESS EXCLUSIVE MODE;
     PERFORM @extschema@.idem_refuse_stale_snapshot(TG_RELID);
     SELECT string_agg(DISTINCT m.role::pg_catalog.text, ', ') INTO roles
