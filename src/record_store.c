@@ -1060,6 +1060,7 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	if (check_enable_rls(heap_oid, InvalidOid, true) != RLS_ENABLED)
 		return IDEM_TENANT_NO_RLS;
 
+	/* the outbox's policies are the records' (0.2.0), on its scope */
 	if (heap_oid == objects->records ||
 		heap_oid == get_relname_relid("idem_outbox", objects->namespace))
 	{
@@ -1070,12 +1071,6 @@ idem_store_tenant_check(Oid heap_oid, text *key1)
 	{
 		fn_name = "idem_consumer_in_scope";
 		column_name = "consumer";
-	}
-	else if (heap_oid == get_relname_relid("idem_outbox", objects->namespace))
-	{
-		/* the outbox's policies are the records' (0.2.0), on its scope */
-		fn_name = "idem_scope_in_tenant";
-		column_name = "scope";
 	}
 	else
 		return IDEM_TENANT_UNKNOWN;
