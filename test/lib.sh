@@ -224,3 +224,29 @@ idem_build_install_into() {
     rm -rf "$tmp"
     return $rc
 }
+
+# idem_sql_edition_tree DIR: a copy of this major's installation in DIR
+# (Debian's PostgreSQL is relocatable) that holds no file of the C edition,
+# with the SQL edition's control file and script installed instead, so that
+# CREATE EXTENSION idempotency there can only be the SQL edition.  Echoes
+# its bindir; IDEM_PG_BINDIR=that runs the other functions against it.
+idem_sql_edition_tree() {
+    local dir=$1 lib share
+    lib=/usr/lib/postgresql/$IDEM_PG_MAJOR
+    share=/usr/share/postgresql/$IDEM_PG_MAJOR
+    idem_as_root rm -rf "$dir"
+    idem_as_root mkdir -p "$dir$lib" "$dir$share"
+    idem_as_root cp -a "$lib/." "$dir$lib/"
+    idem_as_root cp -a "$share/." "$dir$share/"
+    idem_as_root rm -f "$dir$lib"/lib/idempotency* "$dir$lib"/lib/bitcode/idempotency.index.bc \
+        "$dir$share"/extension/idempotency*
+    idem_as_root rm -rf "$dir$lib"/lib/bitcode/idempotency "$dir$lib/include/server/extension/idempotency"
+    idem_as_root cp "$IDEM_ROOT/sql/edition/idempotency.control" \
+        "$IDEM_ROOT"/sql/edition/idempotency--*[0-9].sql "$dir$share/extension/"
+    if find "$dir" -name 'idempotency*' | grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
+        idem_log "the SQL edition's tree still holds a file of the C edition:"
+        find "$dir" -name 'idempotency*' >&2
+        return 1
+    fi
+    echo "$dir$lib/bin"
+}
