@@ -70,7 +70,7 @@ DECLARE
 BEGIN
     IF locked IS NULL OR locked OPERATOR(pg_catalog.=) '' THEN
         PERFORM pg_catalog.set_config('idem_sql.outbox_locked', '0', true);
-    ELSIF pg_catalog.strpos(bulk, tag) OPERATOR(pg_catalog.>) 0
+    ELSIF COALESCE(pg_catalog.strpos(bulk, tag) OPERATOR(pg_catalog.>) 0, false)
           AND pg_catalog.pg_try_advisory_xact_lock(7458, s) THEN
         -- held in ExclusiveLock (granted at once: the setting is not taken on trust)
         RETURN true;
@@ -84,7 +84,7 @@ BEGIN
             RETURN false;
         END IF;
         PERFORM pg_catalog.set_config('idem_sql.outbox_bulk',
-                                      pg_catalog.concat(COALESCE(NULLIF(bulk, ''), ','), s, ','), true);
+                                      pg_catalog.concat(CASE WHEN bulk OPERATOR(pg_catalog.<>) '' THEN bulk ELSE ',' END, s, ','), true);
         RETURN true;
     END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock_shared(7458, s);
@@ -238,59 +238,71 @@ BEGIN
 END
 $fn$;
 
---@ idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval)
--- One INSERT under the key's lock, as the C edition's (src/outbox.c).
-LANGUAGE plpgsql
-AS $body$
-DECLARE
-    now_ts constant timestamptz := pg_catalog.clock_timestamp();
-    max_len integer;
-    available timestamptz;
-    seed bigint;
-    hash bigint;
-    message_id uuid;
-    notify text;
+-- the checks of idem_outbox_emit (src/outbox.c), in its order; returns
+-- available_at
+CREATE FUNCTION @extschema@.idem_sql_outbox_check_emit(topic text, key text, payload jsonb, type text,
+                                                     headers jsonb, scope text, delay interval,
+                                                     now_ts timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $fn$
 BEGIN
     IF topic IS NULL THEN
         RAISE EXCEPTION 'topic must not be null' USING ERRCODE = '22004';
     END IF;
-    max_len := @extschema@.idem_sql_outbox_max_key_length();
-    IF pg_catalog.octet_length(topic) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.>) max_len THEN
-        PERFORM @extschema@.idem_sql_outbox_check_name(topic, 'topic');
-    END IF;
+    PERFORM @extschema@.idem_sql_outbox_check_name(topic, 'topic');
     IF key IS NULL THEN
         RAISE EXCEPTION 'key must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) max_len THEN
-        PERFORM @extschema@.idem_sql_outbox_check_name(key, 'key');
-    END IF;
+    PERFORM @extschema@.idem_sql_outbox_check_name(key, 'key');
     IF payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be null'
             USING ERRCODE = '22004', HINT = 'Pass ''null''::jsonb for a message without a payload.';
     END IF;
-    IF type IS NOT NULL AND (pg_catalog.octet_length(type) OPERATOR(pg_catalog.=) 0
-                             OR pg_catalog.octet_length(type) OPERATOR(pg_catalog.>) max_len) THEN
+    IF type IS NOT NULL THEN
         PERFORM @extschema@.idem_sql_outbox_check_name(type, 'type');
     END IF;
     IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
         RAISE EXCEPTION 'headers must be a JSON object'
             USING ERRCODE = '22023', HINT = 'Pass NULL for a message without headers.';
     END IF;
-    IF scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) max_len THEN
-        PERFORM @extschema@.idem_sql_arg_scope(scope);
-    END IF;
-    IF pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
-       OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 208 THEN
-        PERFORM @extschema@.idem_sql_outbox_check_key_bytes(
-            pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
-            OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
-    END IF;
-    IF delay IS NULL THEN
-        available := now_ts;
-    ELSE
-        available := @extschema@.idem_sql_outbox_available(now_ts, delay);
+    PERFORM @extschema@.idem_sql_arg_scope(scope);
+    PERFORM @extschema@.idem_sql_outbox_check_key_bytes(
+        pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
+        OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
+    RETURN @extschema@.idem_sql_outbox_available(now_ts, delay);
+END
+$fn$;
+
+--@ idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval)
+-- One INSERT under the key's lock, as the C edition's (src/outbox.c).  The
+-- hot path is a few simple expressions (PL/pgSQL evaluates those without
+-- the executor; each PERFORM or call of a PL/pgSQL or SQL function would
+-- cost more than the INSERT): one test of every argument, the checks in the
+-- C edition's order only when it fails (or with a delay).
+LANGUAGE plpgsql
+AS $body$
+DECLARE
+    now_ts constant timestamptz := pg_catalog.clock_timestamp();
+    available timestamptz := now_ts;
+    seed bigint;
+    hash bigint;
+    v bigint;
+    message_id uuid;
+    done text;
+BEGIN
+    IF topic IS NULL OR key IS NULL OR payload IS NULL OR scope IS NULL OR delay IS NOT NULL
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) IS NOT NULL
+       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.octet_length(type) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.octet_length(type) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object'
+       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
+          OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 208
+    THEN
+        available := @extschema@.idem_sql_outbox_check_emit(topic, key, payload, type, headers, scope,
+                                                            delay, now_ts);
     END IF;
 
     -- under tenant isolation, another tenant's scope is refused before any lock
@@ -298,23 +310,44 @@ BEGIN
         PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::pg_catalog.regclass, scope, 'emit');
     END IF;
 
-    -- the key's lock under the scope's (see the internal block above)
+    -- the key's lock under the scope's, as idem_sql_outbox_lock_scope(seed,
+    -- 1) takes them (see the internal block above), inline
     seed := pg_catalog.hashtextextended(scope, 0);
     hash := pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(topic, seed));
-    IF NOT @extschema@.idem_sql_outbox_lock_scope(seed, 1) THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer);
-        PERFORM pg_catalog.set_config('idem_sql.outbox_key', hash::text, true);
+    IF pg_catalog.current_setting('idem_sql.outbox_locked', true) IS NULL
+       OR pg_catalog.current_setting('idem_sql.outbox_locked', true) OPERATOR(pg_catalog.=) '' THEN
+        done := pg_catalog.set_config('idem_sql.outbox_locked', '0', true);
+    ELSIF COALESCE(pg_catalog.strpos(pg_catalog.current_setting('idem_sql.outbox_bulk', true),
+                                     pg_catalog.concat(',', (seed OPERATOR(pg_catalog.>>) 32)::integer, ','))
+                       OPERATOR(pg_catalog.>) 0, false)
+          AND pg_catalog.pg_try_advisory_xact_lock(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer) THEN
+        -- the scope's lock in ExclusiveLock: no key lock
+        hash := NULL;
+    END IF;
+    IF hash IS NOT NULL THEN
+        -- in this order: the scope's, the key's, then the trigger's note
+        done := pg_catalog.concat(pg_catalog.pg_advisory_xact_lock_shared(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer),
+                                  pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer),
+                                  pg_catalog.set_config('idem_sql.outbox_key', hash::text, true));
     END IF;
 
-    message_id := @extschema@.idem_sql_outbox_uuid(@extschema@.idem_sql_outbox_uuid_first(now_ts, 1));
-    -- seq: its default, drawn now, after the lock
+    -- the id (new_uuid_v7): never below the backend's last
+    v := pg_catalog.round(pg_catalog.date_part('epoch', now_ts) OPERATOR(pg_catalog.*) 1000000::float8)::bigint;
+    v := GREATEST(
+        ((v OPERATOR(pg_catalog./) 1000) OPERATOR(pg_catalog.<<) 12)
+        OPERATOR(pg_catalog.+) (((v OPERATOR(pg_catalog.%) 1000) OPERATOR(pg_catalog.*) 4096) OPERATOR(pg_catalog./) 1000),
+        CASE WHEN pg_catalog.current_setting('idem_sql.outbox_uuid', true) OPERATOR(pg_catalog.<>) ''
+             THEN pg_catalog.current_setting('idem_sql.outbox_uuid', true)::bigint OPERATOR(pg_catalog.+) 1 END);
+    message_id := (pg_catalog.lpad(pg_catalog.to_hex(((v OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.<<) 16)
+                                                     OPERATOR(pg_catalog.|) 28672
+                                                     OPERATOR(pg_catalog.|) (v OPERATOR(pg_catalog.&) 4095)), 16, '0')
+                   OPERATOR(pg_catalog.||) pg_catalog.right(pg_catalog.gen_random_uuid()::text, 17)
+                   OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.set_config('idem_sql.outbox_uuid', v::text, false), 0))::uuid;
+
+    -- seq: its default, drawn now, after the lock; the trigger notifies
     INSERT INTO @extschema@.idem_outbox (id, created_at, available_at, updated_at, scope,
                                          aggregatetype, aggregateid, type, headers, payload)
     VALUES (message_id, now_ts, available, now_ts, scope, topic, key, type, headers, payload);
-    notify := pg_catalog.current_setting('idempotency.outbox_notify', true);
-    IF notify IS NULL OR notify OPERATOR(pg_catalog.=) '' OR @extschema@.idem_sql_outbox_notify_on(notify) THEN
-        PERFORM pg_catalog.pg_notify('idem_outbox', '');
-    END IF;
     RETURN message_id;
 END
 $body$;
@@ -335,7 +368,6 @@ DECLARE
     hashes integer[];
     first_id bigint;
     ids uuid[];
-    notify text;
 BEGIN
     IF topic IS NULL THEN
         RAISE EXCEPTION 'topic must not be null' USING ERRCODE = '22004';
@@ -439,11 +471,8 @@ BEGIN
     SELECT ids[u.i], now_ts, available, now_ts, scope, topic, u.k, u.t, u.h, u.p
     FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(payloads), pg_catalog.unnest(types), pg_catalog.unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
     ORDER BY u.i;
+    -- (the trigger notified the relays)
     PERFORM pg_catalog.set_config('idem_sql.outbox_key', '', true);
-    notify := pg_catalog.current_setting('idempotency.outbox_notify', true);
-    IF notify IS NULL OR notify OPERATOR(pg_catalog.=) '' OR @extschema@.idem_sql_outbox_notify_on(notify) THEN
-        PERFORM pg_catalog.pg_notify('idem_outbox', '');
-    END IF;
     RETURN ids;
 END
 $body$;
@@ -496,38 +525,32 @@ $body$;
 --@ idem_outbox_order()
 -- BEFORE INSERT ON idem_outbox FOR EACH ROW (src/outbox.c, "The order
 -- trigger"): a row whose seq its default drew takes its key's lock, as an
--- emit does, and then draws seq again, unless the transaction holds it.
+-- emit does, and then draws seq again, unless the transaction holds it (an
+-- emit's row: three simple expressions).  It notifies the relays for every
+-- such row, the emits' too (they leave it to the trigger).
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    drawn text;
-    held text;
-    locked text;
-    keys_locked integer;
     seed bigint;
     hash bigint;
-    notify text;
-    bulk text;
-    s integer;
-    key_held boolean := false;
+    keys_locked integer;
+    done text;
 BEGIN
+    -- a seq of the row's own is kept (a NULL one is drawn as a default); the
+    -- last drawn is not forgotten (C: default_lxid): a row that brings that
+    -- very value is taken for a drawn one, which costs a lock and a new seq
     IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
        OR TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
         RAISE EXCEPTION 'function idem_outbox_order must be fired BEFORE INSERT FOR EACH ROW'
             USING ERRCODE = '39P01';
     END IF;
-    -- a seq of the row's own is kept (a NULL one is drawn as a default)
-    IF NEW.seq IS NOT NULL THEN
-        drawn := pg_catalog.current_setting('idem_sql.outbox_seq', true);
-        IF drawn IS NULL OR drawn OPERATOR(pg_catalog.=) ''
-           OR NEW.seq OPERATOR(pg_catalog.<>) drawn::bigint THEN
-            RETURN NEW;
-        END IF;
+    IF NEW.seq IS NOT NULL AND NEW.seq::text IS DISTINCT FROM pg_catalog.current_setting('idem_sql.outbox_seq', true) THEN
+        RETURN NEW;
     END IF;
-    PERFORM pg_catalog.set_config('idem_sql.outbox_seq', '', true);
-    notify := pg_catalog.current_setting('idempotency.outbox_notify', true);
-    IF notify IS NULL OR notify OPERATOR(pg_catalog.=) '' OR @extschema@.idem_sql_outbox_notify_on(notify) THEN
-        PERFORM pg_catalog.pg_notify('idem_outbox', '');
+    IF pg_catalog.current_setting('idempotency.outbox_notify', true) IS NULL
+       OR pg_catalog.current_setting('idempotency.outbox_notify', true) OPERATOR(pg_catalog.=) ''
+       OR @extschema@.idem_sql_outbox_notify_on(pg_catalog.current_setting('idempotency.outbox_notify', true)) THEN
+        done := pg_catalog.pg_notify('idem_outbox', '')::text;
     END IF;
     -- NOT NULL columns: a NULL goes on to the executor's own error
     IF NEW.scope IS NULL OR NEW.aggregatetype IS NULL OR NEW.aggregateid IS NULL THEN
@@ -536,19 +559,18 @@ BEGIN
 
     seed := pg_catalog.hashtextextended(NEW.scope, 0);
     hash := pg_catalog.hashtextextended(NEW.aggregateid, pg_catalog.hashtextextended(NEW.aggregatetype, seed));
-    s := (seed OPERATOR(pg_catalog.>>) 32)::integer;
-    bulk := pg_catalog.current_setting('idem_sql.outbox_bulk', true);
-    IF bulk IS NOT NULL AND pg_catalog.strpos(bulk, pg_catalog.concat(',', s, ',')) OPERATOR(pg_catalog.>) 0 THEN
-        key_held := pg_catalog.pg_try_advisory_xact_lock(7458, s);
-    END IF;
-    IF NOT key_held THEN
-        held := pg_catalog.current_setting('idem_sql.outbox_key', true);
-        -- not on trust: a conditional request is granted at once when held
-        key_held := (held OPERATOR(pg_catalog.=) hash::text OR held OPERATOR(pg_catalog.=) pg_catalog.concat('b', seed))
-                    AND pg_catalog.pg_try_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer);
-    END IF;
-    IF key_held THEN
-        -- the key's lock is held: seq was drawn under it (an emit's row)
+    -- does this transaction hold the key's lock (or the scope's in
+    -- ExclusiveLock)?  Not on trust: the conditional request is granted at
+    -- once when it does
+    -- (COALESCE: NULL AND x evaluates x, which would take the lock)
+    IF (COALESCE(pg_catalog.strpos(pg_catalog.current_setting('idem_sql.outbox_bulk', true),
+                                   pg_catalog.concat(',', (seed OPERATOR(pg_catalog.>>) 32)::integer, ','))
+                     OPERATOR(pg_catalog.>) 0, false)
+        AND pg_catalog.pg_try_advisory_xact_lock(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer))
+       OR (COALESCE(pg_catalog.current_setting('idem_sql.outbox_key', true) OPERATOR(pg_catalog.=) ANY
+                        (ARRAY[hash::text, pg_catalog.concat('b', seed)]), false)
+           AND pg_catalog.pg_try_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer)) THEN
+        -- seq was drawn under it (an emit's row)
         IF NEW.seq IS NOT NULL THEN
             RETURN NEW;
         END IF;
@@ -558,14 +580,14 @@ BEGIN
            AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) OPERATOR(pg_catalog.=) 'outside' THEN
             RETURN NEW;
         END IF;
-        locked := pg_catalog.current_setting('idem_sql.outbox_locked', true);
-        keys_locked := CASE WHEN locked IS NULL OR locked OPERATOR(pg_catalog.=) '' THEN 0 ELSE locked::integer END;
+        keys_locked := CASE WHEN pg_catalog.current_setting('idem_sql.outbox_locked', true) OPERATOR(pg_catalog.<>) ''
+                            THEN pg_catalog.current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
         -- past 256 key locks, the scope's lock if it is free at once
         IF NOT @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked OPERATOR(pg_catalog.<) 256 THEN 1
                                                                  ELSE keys_locked OPERATOR(pg_catalog.+) 1 END) THEN
-            PERFORM pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer);
-            PERFORM pg_catalog.set_config('idem_sql.outbox_locked', (keys_locked OPERATOR(pg_catalog.+) 1)::text, true);
-            PERFORM pg_catalog.set_config('idem_sql.outbox_key', hash::text, true);
+            done := pg_catalog.concat(pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer),
+                                      pg_catalog.set_config('idem_sql.outbox_locked', (keys_locked OPERATOR(pg_catalog.+) 1)::text, true),
+                                      pg_catalog.set_config('idem_sql.outbox_key', hash::text, true));
         END IF;
     END IF;
     -- after the lock
