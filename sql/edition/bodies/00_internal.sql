@@ -405,7 +405,7 @@ BEGIN
     END IF;
     call_text := pg_catalog.format('%I.%I(%I)', schema_name, fn_name, column_name);
     members_text := pg_catalog.format(
-        '(split_part(%I, ''/''::text, 1) = ANY ((SELECT %I.idem_role_tenants() AS idem_role_tenants)))',
+        '(split_part(%I, ''/''::text, 1) = ANY (( SELECT %I.idem_role_tenants() AS idem_role_tenants)::text[]))',
         column_name, schema_name);
     FOR pol IN SELECT p.polcmd, p.polpermissive, p.polroles,
                       pg_catalog.pg_get_expr(p.polqual, p.polrelid) AS qual,
