@@ -668,3 +668,56 @@ BEGIN
     RETURN first;
 END
 $fn$;
+
+/*
+ * The reuse of a record by idem_claim (src/removal.c's
+ * idem_removal_reuse_begin/end): a DELETE and INSERT of the key in one
+ * statement is no removal, so the deletion trigger must spend no epoch on
+ * that one row.  The claim announces it in the transaction-local setting
+ * idempotency.sql_edition_reuse (scope, key and the token of the row it
+ * deletes); the trigger takes it, once (idem_sql_removal_reuse_take).  A
+ * (sub)transaction's abort takes the announcement back with it.
+ */
+
+-- mirrors idem_removal_reuse_begin (src/removal.c); returns what to restore
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_begin(scope text, key text, token bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    saved text := COALESCE(pg_catalog.current_setting('idempotency.sql_edition_reuse', true), '');
+BEGIN
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse',
+                                  pg_catalog.jsonb_build_array(scope, key, token)::text, true);
+    RETURN saved;
+END
+$fn$;
+
+-- mirrors idem_removal_reuse_end (src/removal.c)
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_end(saved text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse', saved, true);
+END
+$fn$;
+
+-- for the deletion trigger (src/removal.c, idem_records_removed): is the
+-- deletion of this row the reuse announced?  If so, the announcement is
+-- used up.
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_take(scope text, key text, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    announced text := pg_catalog.current_setting('idempotency.sql_edition_reuse', true);
+BEGIN
+    IF announced IS NULL OR announced OPERATOR(pg_catalog.=) ''
+       OR announced OPERATOR(pg_catalog.<>) pg_catalog.jsonb_build_array(scope, key, token)::text THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse', '', true);
+    RETURN true;
+END
+$fn$;
