@@ -82,8 +82,9 @@ def arg_type(arg):
     return ' '.join(words[1:]).replace('@extschema@.', '')
 
 
-def c_declarations(text):
-    """Yields (start, end, key, header, attributes) of each C declaration."""
+def c_declarations(text, others=False):
+    """Yields (start, end, key, header, attributes) of each C declaration;
+    with others, (start, None, key, None, None) of every other function's."""
     for m in C_DECL.finditer(text):
         # the argument list: up to the matching parenthesis
         depth, i = 1, m.end()
@@ -96,10 +97,13 @@ def c_declarations(text):
         args = text[m.end():i - 1]
         end_stmt = text.index(';', i)
         tail = C_TAIL.search(text, i)
-        if not tail or tail.end() - 1 != end_stmt:
-            continue  # not a C function: a PL/pgSQL or SQL one
         types = [t for t in map(arg_type, split_top(args)) if t is not None]
         key = '%s(%s)' % (m.group(1), ', '.join(types))
+        if not tail or tail.end() - 1 != end_stmt:
+            # not a C function: a PL/pgSQL or SQL one
+            if others:
+                yield m.start(), None, key, None, None
+            continue
         header = text[m.start():tail.start()].rstrip()
         yield m.start(), tail.end(), key, header, tail.group(1).split()
 
@@ -248,10 +252,14 @@ class Edition:
         step = chain[-1]
         script = self.internal_sql(replace=True) + self.substitute(step)
         declared_now = {d[2] for d in c_declarations(chain_text(step))}
+        # the last declaration of each function before the step, if C's
         latest = {}
         for path in chain[:-1]:
-            for _, _, key, header, attrs in c_declarations(chain_text(path)):
-                latest[key] = (header, attrs, path)
+            for _, end, key, header, attrs in c_declarations(chain_text(path), others=True):
+                if end is None:
+                    latest.pop(key, None)
+                else:
+                    latest[key] = (header, attrs, path)
         refresh = []
         for key in sorted(set(latest) - declared_now):
             header, attrs, path = latest[key]
@@ -353,6 +361,11 @@ DECLARE
 %(full)s%(tag)s;
     current_default text;
 BEGIN
+    IF pg_catalog.to_regnamespace('pgtle') IS NULL THEN
+        RAISE EXCEPTION 'pg_tle is not installed in database "%%"', pg_catalog.current_database()
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Preload it (shared_preload_libraries, on RDS the parameter group) and run CREATE EXTENSION pg_tle first.';
+    END IF;
     IF NOT EXISTS (SELECT FROM pgtle.available_extensions() e WHERE e.name = 'idempotency') THEN
         PERFORM pgtle.install_extension('idempotency', '%(v)s',
             '%(description)s', script);
@@ -543,13 +556,14 @@ PLAIN = r"""-- Installs the SQL edition without CREATE EXTENSION (Cloud SQL, All
 DO $$BEGIN RAISE EXCEPTION 'the psql variable "schema" is not set: nothing installed'; END$$;
 \quit
 \endif
-SELECT pg_catalog.set_config('idempotency.install_schema', :'schema', false) AS idempotency_install_schema \gset
+-- (not under "idempotency.": the C edition's library reserves that prefix)
+SELECT pg_catalog.set_config('idempotency_plain.schema', :'schema', false) AS idempotency_plain_schema \gset
 DO %(outer)s
 DECLARE
     this_version constant text := '%(v)s';
     full_script constant text := %(tag)s
 %(full)s%(tag)s;
-    schema_name constant text := pg_catalog.current_setting('idempotency.install_schema');
+    schema_name constant text := pg_catalog.current_setting('idempotency_plain.schema');
     schema_oid oid;
     schema_ident text;
     installed text;
@@ -562,7 +576,7 @@ DECLARE
     old_messages constant text := pg_catalog.current_setting('client_min_messages');
     old_check constant text := pg_catalog.current_setting('check_function_bodies');
 BEGIN
-    PERFORM pg_catalog.set_config('idempotency.install_schema', '', false);
+    PERFORM pg_catalog.set_config('idempotency_plain.schema', '', false);
     -- as CREATE EXTENSION refuses them (@extschema@ is quoted into literals)
     IF schema_name OPERATOR(pg_catalog.~) '["$''\\]' THEN
         RAISE EXCEPTION 'invalid character in schema name "%%": must not contain any of ""$''\"', schema_name
