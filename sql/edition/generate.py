@@ -131,7 +131,6 @@ def read_bodies():
     return bodies, internal
 
 
-
 # ---------------------------------------------------------------------------
 # Versions.  The SQL edition starts at FIRST: its install script is the whole
 # chain up to FIRST (0.1.0, then each update), as the C edition's is.  Every
@@ -248,8 +247,13 @@ class Edition:
             return ''
         blocks = self.internal
         if replace:
+            # in an update they run again: only statements that can
             blocks = [re.sub(r'^CREATE\s+FUNCTION\b', 'CREATE OR REPLACE FUNCTION', b, flags=re.M | re.I)
                       for b in blocks]
+            for statement in statements('\n'.join(blocks)):
+                code = re.sub(r'(?s)/\*.*?\*/|--[^\n]*', '', statement).strip()
+                if not re.match(r'(CREATE\s+OR\s+REPLACE\s+FUNCTION|COMMENT\s+ON|GRANT|REVOKE)\b', code, re.I):
+                    fail('internal: a statement that an update cannot run again: %r' % code[:80])
         return ('/* The SQL edition\'s own helpers (sql/edition/bodies). */\n\n'
                 + '\n\n'.join(blocks) + '\n\n')
 
