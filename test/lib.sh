@@ -241,6 +241,10 @@ idem_sql_edition_tree() {
     idem_as_root rm -f "$dir$lib"/lib/idempotency* "$dir$lib"/lib/bitcode/idempotency.index.bc \
         "$dir$share"/extension/idempotency*
     idem_as_root rm -rf "$dir$lib"/lib/bitcode/idempotency "$dir$lib/include/server/extension/idempotency"
+    if ! compgen -G "$IDEM_ROOT/sql/edition/idempotency--*[0-9].sql" >/dev/null; then
+        idem_log "sql/edition has no extension script: make -C sql/edition (or draft)"
+        return 1
+    fi
     idem_as_root cp "$IDEM_ROOT/sql/edition/idempotency.control" \
         "$IDEM_ROOT"/sql/edition/idempotency--*[0-9].sql "$dir$share/extension/"
     if find "$dir" -name 'idempotency*' | grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
