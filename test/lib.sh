@@ -70,9 +70,25 @@ idem_install_packages() {
 # version, so that several checkouts can install and test side by side.
 idem_bindir() { echo "${IDEM_PG_BINDIR:-/usr/lib/postgresql/$IDEM_PG_MAJOR/bin}"; }
 
+# IDEM_EDITION=sql runs a script against the SQL edition instead (sql/edition):
+# then IDEM_PG_BINDIR is a tree of idem_sql_edition_tree, made here unless
+# given, nothing is built, and nothing is preloaded.
+IDEM_EDITION=${IDEM_EDITION:-c}
+
 # Build with -Werror and install into the server's directories.
 idem_build_install() {
     local pg_config
+    if [ "$IDEM_EDITION" = sql ]; then
+        if [ -z "${IDEM_PG_BINDIR:-}" ]; then
+            IDEM_PG_BINDIR=$(idem_sql_edition_tree "$(mktemp -d /tmp/idempotency-sql-tree.XXXXXX)") || return 1
+            export IDEM_PG_BINDIR
+        fi
+        [ -f "$("$IDEM_PG_BINDIR/pg_config" --sharedir)/extension/idempotency.control" ] &&
+            ! grep -q module_pathname "$("$IDEM_PG_BINDIR/pg_config" --sharedir)/extension/idempotency.control" || {
+            idem_log "IDEM_EDITION=sql: $IDEM_PG_BINDIR is not a tree of the SQL edition"; return 1; }
+        idem_log "the SQL edition, in $IDEM_PG_BINDIR"
+        return 0
+    fi
     pg_config="$(idem_bindir)/pg_config"
     idem_log "building and installing the extension"
     make -C "$IDEM_ROOT" -s PG_CONFIG="$pg_config" >/dev/null
@@ -133,6 +149,7 @@ idem_cluster_start() {
 # tests that use those databases).
 idem_preload_conf() {
     local IFS=,
+    [ "$IDEM_EDITION" = sql ] && return 0     # no library, no worker
     printf '%s\n' "shared_preload_libraries = 'idempotency'" \
         "idempotency.databases = '$*'" \
         "idempotency.purge_interval = 1"
