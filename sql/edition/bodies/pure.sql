@@ -127,14 +127,13 @@ $body$;
 --@ idem_route_hash(text)
 -- The first four bytes of SHA-256 of the tenant part's UTF-8 bytes, read as
 -- a big-endian signed integer.  The scope is checked as idem_arg_scope does
--- (src/validation.c); idempotency.max_key_length is a placeholder without the
--- library, read here with the C GUC's default and range.  A scope within the
--- default limit while the setting is not set runs one test.
+-- (src/validation.c), inline: a scope within the default limit while
+-- idempotency.max_key_length is not set runs one test and no other function;
+-- otherwise the setting is read by the shared idem_sql_max_key_length.
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    setting text;
-    max_key_length integer := 255;
+    max_key_length integer;
 BEGIN
     IF scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
        OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
@@ -142,22 +141,7 @@ BEGIN
             RAISE EXCEPTION 'scope must not be null' USING ERRCODE = '22004',
                 HINT = 'Use '''' for the default scope.';
         END IF;
-        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-        IF setting OPERATOR(pg_catalog.<>) '' THEN
-            IF setting COLLATE pg_catalog."C"
-               OPERATOR(pg_catalog.!~) '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$' THEN
-                RAISE EXCEPTION USING ERRCODE = '22023',
-                    MESSAGE = pg_catalog.format('invalid value for parameter "%s": "%s"',
-                                                'idempotency.max_key_length', setting);
-            END IF;
-            IF setting::pg_catalog.numeric OPERATOR(pg_catalog.<) 1
-               OR setting::pg_catalog.numeric OPERATOR(pg_catalog.>) 1024 THEN
-                RAISE EXCEPTION USING ERRCODE = '22023',
-                    MESSAGE = pg_catalog.format('%s is outside the valid range for parameter "%s" (%s .. %s)',
-                                                setting::pg_catalog.numeric, 'idempotency.max_key_length', 1, 1024);
-            END IF;
-            max_key_length := setting::pg_catalog.int4;
-        END IF;
+        max_key_length := @extschema@.idem_sql_max_key_length();
         IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) max_key_length THEN
             RAISE EXCEPTION 'scope is too long' USING ERRCODE = '22001',
                 DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
