@@ -5,12 +5,16 @@
 -- is what the C hashes too), and idem_request_fingerprint and
 -- idem_route_hash hash their text in UTF-8 whatever the database's encoding.
 --
--- idem_fingerprint(text) and (jsonb) are PL/pgSQL: convert_to() is STABLE,
--- which stops the inlining of a LANGUAGE sql body, and a non-inlined SQL
--- function costs more per call than PL/pgSQL.  (An inlinable form,
--- decode(replace(x, '\', '\\'), 'escape'), gives the same bytes, but its two
--- passes over the text made a 1 kB body four times slower.)  convert_to()
--- into the database's own encoding only checks the bytes and copies them.
+-- All five are PL/pgSQL.  generate.py pins search_path on every body (SET
+-- search_path = pg_catalog, pg_temp), and a function with a SET clause is
+-- never inlined: a LANGUAGE sql body then costs more per call than a
+-- PL/pgSQL one, even sha256(request).  The SET itself costs about 1.5 us a
+-- call on PostgreSQL 15 (a setting set on entry and reset on exit, and the
+-- search path looked up again), most of what these cost beyond the C's.
+-- convert_to(x, getdatabaseencoding()) only checks the bytes and copies
+-- them; an expression of immutable functions only (decode(replace(x, '\',
+-- '\\'), 'escape')) gives the same bytes and could be inlined without the
+-- SET, but its two passes made a 1 kB body four times slower.
 
 --@ idem_fingerprint(jsonb)
 LANGUAGE plpgsql
@@ -30,9 +34,11 @@ END
 $body$;
 
 --@ idem_fingerprint(bytea)
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $body$
-SELECT pg_catalog.sha256(request)
+BEGIN
+    RETURN pg_catalog.sha256(request);
+END
 $body$;
 
 --@ idem_request_fingerprint(text, text, jsonb, text[])
@@ -41,10 +47,10 @@ $body$;
 -- length as a big-endian uint32 (int4send).  The ignore paths are checked in
 -- order whatever the body (the C checks them all before it removes any, but
 -- a removal raises nothing, so one loop gives the same errors); a path is
--- removed only when every value on its way is an object (-> with a text key reads only
--- objects; arrays and scalars are never entered, as in the C), and removing
--- a path never changes what another one finds but its own subtree, so the
--- paths' order does not matter.  A valid call runs one test before the
+-- removed only when every value on its way is an object (-> with a text key
+-- reads only objects; arrays and scalars are never entered, as in the C),
+-- and removing a path never changes what another one finds but its own
+-- subtree, so the paths' order does not matter.  A valid call runs one test before the
 -- ignore paths; the errors come in the C's order behind it.  The method is
 -- ASCII by then, which upper() in the collation "C" maps as the C does
 -- (pg_ascii_toupper), and about ten times faster than translate().
