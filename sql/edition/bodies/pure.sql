@@ -50,7 +50,8 @@ $body$;
 -- removed only when every value on its way is an object (-> with a text key
 -- reads only objects; arrays and scalars are never entered, as in the C),
 -- and removing a path never changes what another one finds but its own
--- subtree, so the paths' order does not matter.  A valid call runs one test before the
+-- subtree, so the paths' order does not matter, and the keys of the body
+-- itself go in one removal at the end.  A valid call runs one test before the
 -- ignore paths; the errors come in the C's order behind it.  The method is
 -- ASCII by then, which upper() in the collation "C" maps as the C does
 -- (pg_ascii_toupper), and about ten times faster than translate().
@@ -61,6 +62,7 @@ DECLARE
     keys text[];
     container jsonb;
     is_object boolean;
+    top_keys text[];
     path_utf8 bytea;
     body_utf8 bytea;
 BEGIN
@@ -101,20 +103,24 @@ BEGIN
                     DETAIL = 'An ignore path is one or more keys separated by dots, and no key may be empty.';
             END IF;
             CONTINUE WHEN NOT is_object;
+            IF pg_catalog.strpos(ignore_path COLLATE pg_catalog."C", '.') OPERATOR(pg_catalog.=) 0 THEN
+                -- a key of the body itself: all of them removed at once below
+                top_keys := top_keys OPERATOR(pg_catalog.||) ignore_path;
+                CONTINUE;
+            END IF;
             keys := pg_catalog.string_to_array(ignore_path COLLATE pg_catalog."C", '.');
-            IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.=) 1 THEN
-                body := body OPERATOR(pg_catalog.-) keys[1];
-            ELSE
-                container := body;
-                FOR i IN 1 .. pg_catalog.cardinality(keys) OPERATOR(pg_catalog.-) 1 LOOP
-                    container := container OPERATOR(pg_catalog.->) keys[i];
-                    EXIT WHEN pg_catalog.jsonb_typeof(container) IS DISTINCT FROM 'object';
-                END LOOP;
-                IF pg_catalog.jsonb_typeof(container) OPERATOR(pg_catalog.=) 'object' THEN
-                    body := body OPERATOR(pg_catalog.#-) keys;
-                END IF;
+            container := body OPERATOR(pg_catalog.->) keys[1];
+            FOR i IN 2 .. pg_catalog.cardinality(keys) OPERATOR(pg_catalog.-) 1 LOOP
+                EXIT WHEN pg_catalog.jsonb_typeof(container) IS DISTINCT FROM 'object';
+                container := container OPERATOR(pg_catalog.->) keys[i];
+            END LOOP;
+            IF pg_catalog.jsonb_typeof(container) OPERATOR(pg_catalog.=) 'object' THEN
+                body := body OPERATOR(pg_catalog.#-) keys;
             END IF;
         END LOOP;
+        IF top_keys IS NOT NULL THEN
+            body := body OPERATOR(pg_catalog.-) top_keys;
+        END IF;
     END IF;
 
     path_utf8 := pg_catalog.convert_to(path, 'UTF8');
