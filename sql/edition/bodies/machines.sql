@@ -40,18 +40,13 @@ AS $fn$
 DECLARE
     states text[];
     initial text[];
-    has_move boolean;
     n integer;
     rf text;
     rt text;
     list text;
 BEGIN
-    SELECT m.states, m.initial_states,
-           CASE WHEN mode = 'u' AND from_s <> to_s THEN
-               EXISTS (SELECT FROM @extschema@.idem_machine_moves v
-                       WHERE v.machine = m.name AND v.from_state = from_s AND v.to_state = to_s)
-           END
-      INTO states, initial, has_move
+    -- (one plain statement each, so that their plans are generic and cached)
+    SELECT m.states, m.initial_states INTO states, initial
       FROM @extschema@.idem_machines m
      WHERE m.name = machine_name;
     IF NOT FOUND OR octet_length(machine_name) >= 64 THEN
@@ -83,11 +78,15 @@ BEGIN
             rf := from_s;
             rt := to_s;
         ELSIF from_s IS NULL THEN
-            IF to_s = ANY (initial) OR NOT EXISTS (SELECT FROM unnest(initial) i WHERE i = ANY (states)) THEN
+            IF cardinality(initial) = 0 OR to_s = ANY (initial) THEN
                 RETURN true;
+            ELSIF NOT EXISTS (SELECT FROM unnest(initial) i WHERE i = ANY (states)) THEN
+                RETURN true;    -- none of the initial states is a state
             END IF;
             rt := to_s;
-        ELSIF coalesce(from_s = ANY (states), false) AND has_move THEN
+        ELSIF coalesce(from_s = ANY (states), false)
+              AND EXISTS (SELECT FROM @extschema@.idem_machine_moves v
+                          WHERE v.machine = machine_name AND v.from_state = from_s AND v.to_state = to_s) THEN
             RETURN true;
         ELSE
             rf := from_s;
@@ -95,10 +94,15 @@ BEGIN
         END IF;
     ELSE
         -- an initial state, or any state when the machine declares none
-        IF coalesce(to_s = ANY (states), false)
-           AND (to_s = ANY (initial) OR NOT EXISTS (SELECT FROM unnest(initial) i WHERE i = ANY (states))) THEN
-            RETURN true;
-        ELSIF mode = 'i' THEN
+        -- (expressions without a subquery are evaluated without the executor)
+        IF coalesce(to_s = ANY (states), false) THEN
+            IF cardinality(initial) = 0 OR to_s = ANY (initial) THEN
+                RETURN true;
+            ELSIF NOT EXISTS (SELECT FROM unnest(initial) i WHERE i = ANY (states)) THEN
+                RETURN true;
+            END IF;
+        END IF;
+        IF mode = 'i' THEN
             RETURN false;
         END IF;
         rt := to_s;
@@ -177,11 +181,39 @@ BEGIN
 END
 $fn$;
 
--- How the triggers read the state of column col of relation relid from a
--- row, as "col::text" would cast it (src/machine.c's prepare_text_cast):
--- 'j' from to_jsonb, whose text is the cast's for these types; 'b' the same
--- without char(n)'s padding; 'x' by the cast itself (EXECUTE).  The errors
--- are the trigger's for a column that is not (any more) there.
+-- How the triggers read a state of type typ, as "col::text" would cast it
+-- (src/machine.c's prepare_text_cast): 'j' from to_jsonb, whose text is the
+-- cast's for these types (an enum's label, true/false, the digits); 'b' the
+-- same without char(n)'s padding; 'x' by the cast itself (EXECUTE).
+CREATE FUNCTION @extschema@.idem_sql_machine_how(typ oid)
+RETURNS "char"
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    kind "char";
+    base oid;
+BEGIN
+    -- bool, name, int8, int2, int4, text, varchar, numeric, uuid
+    IF typ IN (16, 19, 20, 21, 23, 25, 1043, 1700, 2950) THEN
+        RETURN 'j';
+    ELSIF typ = 1042 THEN   -- bpchar
+        RETURN 'b';
+    ELSIF typ < 16384 THEN
+        RETURN 'x';
+    END IF;
+    SELECT t.typtype, t.typbasetype INTO kind, base FROM pg_type t WHERE t.oid = typ;
+    IF kind = 'e' THEN
+        RETURN 'j';
+    ELSIF kind = 'd' THEN
+        RETURN @extschema@.idem_sql_machine_how(base);
+    END IF;
+    RETURN 'x';
+END
+$fn$;
+
+-- The trigger's column col of relation relid: how to read it (above), or
+-- the trigger's error for a column that is not (any more) there.
 CREATE FUNCTION @extschema@.idem_sql_machine_column(relid oid, col text, trig text, rel_name text)
 RETURNS "char"
 LANGUAGE plpgsql STABLE
@@ -189,15 +221,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     num smallint;
-    how "char";
+    typ oid;
 BEGIN
-    SELECT a.attnum,
-           CASE WHEN b.oid IN (16, 19, 20, 21, 23, 25, 1043, 1700, 2950) OR b.typtype = 'e' THEN 'j'
-                WHEN b.oid = 1042 THEN 'b' ELSE 'x' END
-      INTO num, how
+    SELECT a.attnum, a.atttypid INTO num, typ
       FROM pg_attribute a
-      JOIN pg_type ty ON ty.oid = a.atttypid
-      JOIN pg_type b ON b.oid = CASE ty.typtype WHEN 'd' THEN ty.typbasetype ELSE ty.oid END
      WHERE a.attrelid = relid AND a.attname = col::name AND NOT a.attisdropped
        AND octet_length(col) < 64;
     IF num IS NULL OR num <= 0 THEN
@@ -206,7 +233,7 @@ BEGIN
                   HINT = format('Trigger "%s" names it: detach the machine with that column name, then attach it again.',
                                 trig);
     END IF;
-    RETURN how;
+    RETURN @extschema@.idem_sql_machine_how(typ);
 END
 $fn$;
 
@@ -229,6 +256,20 @@ BEGIN
 END
 $fn$;
 
+-- Stores a note of the rows in flight (src/machine.c, "Rows in flight"):
+-- empty once it holds no column.
+CREATE FUNCTION @extschema@.idem_sql_machine_note(setting text, note jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM set_config(setting,
+                       CASE WHEN note IS NULL OR note -> 'c' = '{}'::jsonb THEN '' ELSE note::text END,
+                       false);
+END
+$fn$;
+
 --@ idem_enforce_transition()
 -- BEFORE INSERT OR UPDATE ... FOR EACH ROW, idem_enforce_transition(machine,
 -- column): src/machine.c says what it lets through.
@@ -236,6 +277,8 @@ LANGUAGE plpgsql
 AS $body$
 DECLARE
     col text;
+    num smallint;
+    typ oid;
     how "char";
     part boolean := false;
     attachment oid;
@@ -247,6 +290,24 @@ DECLARE
     entry jsonb;
     xid text;
 BEGIN
+    -- The records' own machine, at every claim: the column is known, the
+    -- table is no partition, a state of the machine may start a row.  (Few
+    -- statements, none with a subquery: PL/pgSQL evaluates each without the
+    -- executor.)
+    IF TG_RELID = '@extschema@.idempotency_records'::regclass AND TG_NARGS = 2 AND TG_ARGV[1] = 'status'
+       AND TG_WHEN = 'BEFORE' AND TG_LEVEL = 'ROW' THEN
+        IF TG_OP = 'UPDATE' THEN
+            PERFORM @extschema@.idem_sql_machine_check(TG_ARGV[0], 'u', OLD.status::text, NEW.status::text,
+                                                       TG_TABLE_NAME, 'status', TG_NAME);
+            RETURN NEW;
+        ELSIF TG_OP = 'INSERT'
+              AND @extschema@.idem_sql_machine_check(TG_ARGV[0], 'i', NULL, NEW.status::text,
+                                                     TG_TABLE_NAME, 'status', TG_NAME)
+              AND coalesce(current_setting('idempotency.sql_machine_arrived', true), '') = '' THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+
     IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
         RAISE EXCEPTION 'idem_enforce_transition must be fired BEFORE INSERT OR UPDATE FOR EACH ROW'
             USING ERRCODE = '39P01';
@@ -258,32 +319,30 @@ BEGIN
     END IF;
     col := TG_ARGV[1];
     IF TG_RELID = '@extschema@.idempotency_records'::regclass AND col = 'status' THEN
-        -- the records' own machine, at every claim: the column is known
         t := NEW.status::text;
         IF TG_OP = 'UPDATE' THEN
             f := OLD.status::text;
         END IF;
     ELSE
-        SELECT CASE WHEN a.attnum > 0 THEN
-                   CASE WHEN b.oid IN (16, 19, 20, 21, 23, 25, 1043, 1700, 2950) OR b.typtype = 'e' THEN 'j'
-                        WHEN b.oid = 1042 THEN 'b' ELSE 'x' END
-               END,
-               c.relispartition,
-               CASE WHEN c.relispartition THEN
-                   (WITH RECURSIVE up(oid, parent) AS (
-                        SELECT g.oid, g.tgparentid FROM pg_trigger g
-                         WHERE g.tgrelid = TG_RELID AND g.tgname = TG_NAME
-                        UNION ALL
-                        SELECT p.oid, p.tgparentid FROM pg_trigger p, up WHERE p.oid = up.parent)
-                    SELECT up.oid FROM up WHERE up.parent = 0)
-               END
-          INTO how, part, attachment
+        -- (a few index scans of the catalog a row: what the C edition caches)
+        SELECT a.attnum, a.atttypid, c.relispartition INTO num, typ, part
           FROM pg_class c
           LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = col::name AND NOT a.attisdropped
                                   AND octet_length(col) < 64
-          LEFT JOIN pg_type ty ON ty.oid = a.atttypid
-          LEFT JOIN pg_type b ON b.oid = CASE ty.typtype WHEN 'd' THEN ty.typbasetype ELSE ty.oid END
          WHERE c.oid = TG_RELID;
+        IF num > 0 THEN
+            how := CASE WHEN typ IN (16, 19, 20, 21, 23, 25, 1043, 1700, 2950) THEN 'j'
+                        ELSE @extschema@.idem_sql_machine_how(typ) END;
+        END IF;
+        IF part THEN
+            -- the attachment: the trigger this one is a clone of, or itself
+            WITH RECURSIVE up(oid, parent) AS (
+                SELECT g.oid, g.tgparentid FROM pg_trigger g
+                 WHERE g.tgrelid = TG_RELID AND g.tgname = TG_NAME
+                UNION ALL
+                SELECT p.oid, p.tgparentid FROM pg_trigger p, up WHERE p.oid = up.parent)
+            SELECT up.oid INTO attachment FROM up WHERE up.parent = 0;
+        END IF;
         IF how IS NULL THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', col, TG_TABLE_NAME
                 USING ERRCODE = '42703',
@@ -346,7 +405,7 @@ BEGIN
                     IF (NOT current_setting('track_counts')::boolean
                         OR pg_stat_get_xact_tuples_deleted((note ->> 'r')::oid) > (entry ->> 'n')::bigint)
                        AND entry ->> 'h' = md5((to_jsonb(NEW) - col)::text) THEN
-                        PERFORM set_config('idempotency.sql_machine_leaving', note::text, false);
+                        PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_leaving', note);
                         PERFORM @extschema@.idem_sql_machine_check(TG_ARGV[0], 'u', entry ->> 'f', t,
                                                                    TG_TABLE_NAME, col, TG_NAME);
                         -- the note "arrived" for the WHEN clause of the AFTER INSERT check
@@ -368,7 +427,7 @@ BEGIN
                     -- not a row this command moved: the note is void
                     note := NULL;
                 END IF;
-                PERFORM set_config('idempotency.sql_machine_leaving', coalesce(note::text, ''), false);
+                PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_leaving', note);
             END IF;
         END IF;
     END IF;
@@ -376,8 +435,9 @@ BEGIN
     -- A new row, or only a proposed one (INSERT ... ON CONFLICT): not in an
     -- initial state, it passes when the AFTER INSERT check fires with this
     -- trigger and will refuse it if it is really inserted.
-    IF NOT @extschema@.idem_sql_machine_check(TG_ARGV[0], 'i', NULL, t, TG_TABLE_NAME, col, TG_NAME)
-       AND NOT EXISTS (
+    IF @extschema@.idem_sql_machine_check(TG_ARGV[0], 'i', NULL, t, TG_TABLE_NAME, col, TG_NAME) THEN
+        NULL;
+    ELSIF NOT EXISTS (
            SELECT FROM pg_trigger me, pg_trigger a
             WHERE me.tgrelid = TG_RELID AND me.tgname = TG_NAME
               AND a.tgrelid = TG_RELID
@@ -387,13 +447,16 @@ BEGIN
               AND (a.tgenabled = 'A' OR a.tgenabled = me.tgenabled)) THEN
         PERFORM @extschema@.idem_sql_machine_check(TG_ARGV[0], 'n', NULL, t, TG_TABLE_NAME, col, TG_NAME);
     END IF;
-    -- whatever note "arrived" this column has here is not this row's
+    -- whatever note "arrived" this column has here is not this row's (and
+    -- one of another transaction is nobody's)
     raw := current_setting('idempotency.sql_machine_arrived', true);
     IF raw <> '' THEN
         note := raw::jsonb;
-        IF (note ->> 'r')::oid = TG_RELID AND (note ->> 'd')::integer = depth AND note -> 'c' ? col THEN
-            PERFORM set_config('idempotency.sql_machine_arrived',
-                               jsonb_set(note, '{c}', (note -> 'c') - col)::text, false);
+        IF note ->> 'x' IS DISTINCT FROM pg_current_xact_id_if_assigned()::text THEN
+            PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_arrived', NULL);
+        ELSIF (note ->> 'r')::oid = TG_RELID AND (note ->> 'd')::integer = depth AND note -> 'c' ? col THEN
+            PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_arrived',
+                                                      jsonb_set(note, '{c}', (note -> 'c') - col));
         END IF;
     END IF;
     RETURN NEW;
@@ -424,8 +487,8 @@ BEGIN
            AND (note ->> 'd')::integer = pg_trigger_depth() + 1
            AND note -> 'c' ? state_column::text THEN
             checked := note -> 'c' -> state_column::text;
-            PERFORM set_config('idempotency.sql_machine_arrived',
-                               jsonb_set(note, '{c}', (note -> 'c') - state_column::text)::text, false);
+            PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_arrived',
+                                                      jsonb_set(note, '{c}', (note -> 'c') - state_column::text));
             IF checked ->> 't' IS NOT DISTINCT FROM state THEN
                 RETURN false;
             END IF;
