@@ -28,7 +28,7 @@ BEGIN
         IF pg_catalog.length(args) = 0 THEN
             RETURN NULL;
         END IF;
-        nul := position('\x00'::bytea IN args);  -- SQL syntax: not schema-qualifiable
+        nul := pg_catalog.position(args, '\x00'::bytea);
         IF nul = 0 THEN
             arg := args;
             args := ''::bytea;
