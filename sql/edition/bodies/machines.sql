@@ -22,6 +22,21 @@
 -- attachment (the root trigger); a row deleted from the source partition by
 -- this transaction since the note (pg_stat_get_xact_tuples_deleted); and the
 -- same row (its columns but the state, hashed).
+--
+-- What differs from the C edition (for the README's table):
+--  - Definitions are read with the statement's snapshot, not the latest one:
+--    under REPEATABLE READ and SERIALIZABLE a redefinition committed after
+--    the transaction's snapshot applies from its next transaction (under
+--    READ COMMITTED from the next statement, as in C).  PL/pgSQL has no
+--    read outside the transaction's snapshot.
+--  - The notes are session settings, which the session may set itself: a
+--    role that can also UPDATE or DELETE rows of a partitioned governed
+--    table can forge one and insert a row in a state one legal move away
+--    from another (a state it could reach by legal moves anyway).
+--  - A row whose other columns a trigger changes between the source's check
+--    and the destination's (a BEFORE UPDATE trigger sorting after ours, a
+--    BEFORE INSERT trigger of the destination sorting before ours) is
+--    checked as a new row.
 
 --@ internal
 
