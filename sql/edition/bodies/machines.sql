@@ -21,7 +21,7 @@
 -- top-level statement and trigger depth; another partition of the same
 -- attachment (the root trigger); a row deleted from the source partition by
 -- this transaction since the note (pg_stat_get_xact_tuples_deleted); and the
--- same row (its columns but the state, hashed).
+-- same row (its primary key, hashed).
 --
 -- What differs from the C edition (for the README's table):
 --  - Definitions are read with the statement's snapshot, not the latest one:
@@ -33,10 +33,11 @@
 --    role that can also UPDATE or DELETE rows of a partitioned governed
 --    table can forge one and insert a row in a state one legal move away
 --    from another (a state it could reach by legal moves anyway).
---  - A row whose other columns a trigger changes between the source's check
+--  - A row whose primary key a trigger changes between the source's check
 --    and the destination's (a BEFORE UPDATE trigger sorting after ours, a
 --    BEFORE INSERT trigger of the destination sorting before ours) is
---    checked as a new row.
+--    checked as a new row; so is a row of a table without a primary key
+--    whose other columns such a trigger changes.
 
 --@ internal
 
@@ -271,6 +272,23 @@ BEGIN
 END
 $fn$;
 
+-- A row between two partitions, as the notes name it: a digest of its
+-- primary key (without the state column, which may be part of it), or of
+-- all its columns but the state when there is no such key.  The key, not
+-- the whole row: the destination's own BEFORE INSERT triggers may fill
+-- other columns.
+CREATE FUNCTION @extschema@.idem_sql_machine_row(r jsonb, keycols text[], col text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RETURN md5(coalesce((SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(r) e
+                          WHERE e.key = ANY (keycols) AND e.key <> col),
+                        r - col)::text);
+END
+$fn$;
+
 -- Stores a note of the rows in flight (src/machine.c, "Rows in flight"):
 -- empty once it holds no column.
 CREATE FUNCTION @extschema@.idem_sql_machine_note(setting text, note jsonb)
@@ -297,6 +315,7 @@ DECLARE
     how "char";
     part boolean := false;
     attachment oid;
+    keycols text[];
     f text;
     t text;
     depth integer;
@@ -357,6 +376,10 @@ BEGIN
                 UNION ALL
                 SELECT p.oid, p.tgparentid FROM pg_trigger p, up WHERE p.oid = up.parent)
             SELECT up.oid INTO attachment FROM up WHERE up.parent = 0;
+            -- the row's identity between the partitions: its primary key
+            SELECT array_agg(a.attname::text) INTO keycols
+              FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+             WHERE i.indrelid = TG_RELID AND i.indisprimary;
         END IF;
         IF how IS NULL THEN
             RAISE EXCEPTION 'column "%" of relation "%" does not exist', col, TG_TABLE_NAME
@@ -383,7 +406,7 @@ BEGIN
             -- "leaving", per column, of this row of this partition
             depth := pg_trigger_depth();
             xid := pg_current_xact_id()::text;
-            entry := jsonb_build_object('a', attachment, 'f', f, 'h', md5((to_jsonb(NEW) - col)::text),
+            entry := jsonb_build_object('a', attachment, 'f', f, 'h', @extschema@.idem_sql_machine_row(to_jsonb(NEW), keycols, col),
                                         'n', pg_stat_get_xact_tuples_deleted(TG_RELID));
             raw := current_setting('idempotency.sql_machine_leaving', true);
             IF raw <> '' THEN
@@ -419,7 +442,7 @@ BEGIN
                 IF (entry ->> 'a')::oid = attachment THEN
                     IF (NOT current_setting('track_counts')::boolean
                         OR pg_stat_get_xact_tuples_deleted((note ->> 'r')::oid) > (entry ->> 'n')::bigint)
-                       AND entry ->> 'h' = md5((to_jsonb(NEW) - col)::text) THEN
+                       AND entry ->> 'h' = @extschema@.idem_sql_machine_row(to_jsonb(NEW), keycols, col) THEN
                         PERFORM @extschema@.idem_sql_machine_note('idempotency.sql_machine_leaving', note);
                         PERFORM @extschema@.idem_sql_machine_check(TG_ARGV[0], 'u', entry ->> 'f', t,
                                                                    TG_TABLE_NAME, col, TG_NAME);
