@@ -1,0 +1,538 @@
+-- Maintenance, tenants and the rest, in the SQL edition (generate.py says how
+-- this file is read): the epoch triggers on the records (src/removal.c),
+-- idem_purge (src/purge.c), idem_role_tenants and idem_refuse_stale_snapshot
+-- (src/tenants.c), idem_stats and idem_stats_reset (src/stats.c) and
+-- idem_version (src/version.c).
+
+--@ internal
+
+/*
+ * The tenants of role "member" (idem_role_tenants, below, passes current_user).
+ * idem_tenant_members is the owner's and PUBLIC may not read it, so this
+ * reads it as the owner (SECURITY DEFINER); a role may learn only its own
+ * tenants, so it answers only for a role that the session's user could
+ * become (SET ROLE) anyway: itself or a role it is a member of (every role for
+ * a superuser).  For any other role it answers no tenant, as for a role
+ * without any: whoever calls it directly with a role not theirs learns
+ * nothing.  By the primary key, in its order: the role's tenants sorted.
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_role_tenants(member pg_catalog.oid)
+RETURNS pg_catalog.text[]
+LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $body$
+BEGIN
+    IF member IS NULL OR NOT pg_catalog.pg_has_role(SESSION_USER, member, 'MEMBER') THEN
+        RETURN '{}';
+    END IF;
+    RETURN ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
+                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) member
+                 ORDER BY m.role, m.tenant);
+END
+$body$;
+
+/*
+ * The largest epoch whose tokens (epoch * 2^16 + n) fit in a bigint, and the
+ * refusal of an epoch that cannot move on by "by" more (src/tokens.c,
+ * idem_token_epoch_require_room).
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_epoch_room(epoch pg_catalog.int8, by pg_catalog.int8)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+    epoch_limit constant pg_catalog.int8 := 140737488355327;  -- 2^63 - 1 >> 16
+BEGIN
+    IF epoch OPERATOR(pg_catalog.>) (epoch_limit OPERATOR(pg_catalog.-) by) THEN
+        RAISE EXCEPTION 'the fencing tokens of idempotency records are used up'
+            USING ERRCODE = '2200H',
+                  DETAIL = pg_catalog.format('The token epoch (sequence "idem_token_epoch") is at %s of %s; moving it on would need %s more, and without it a token could repeat.',
+                                             epoch, epoch_limit, by),
+                  HINT = 'Stop every client that may still hold a fencing token, delete the records, and only then lower "idem_token_epoch" with setval.';
+    END IF;
+END
+$body$;
+
+/*
+ * The epoch's nextval for idem_purge's statement, after the check of its
+ * room (a nextval at the limit would say less): run as the purging role,
+ * whose privileges on the sequence the C edition's statement needs too.
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_epoch_next()
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $body$
+BEGIN
+    PERFORM @extschema@.idem_sql_maint_epoch_room(
+        coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'), 0), 1);
+    RETURN pg_catalog.nextval('@extschema@.idem_token_epoch');
+END
+$body$;
+
+/*
+ * idempotency.outbox_retention in seconds (its default 1 day), as the C
+ * edition's setting of unit s reads it: a number of seconds or a value with
+ * a unit, rounded to the second, from 1 to 2147483647.  Without the library
+ * the setting is a placeholder that takes any text, so the check is here.
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_outbox_retention()
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+    setting constant text := pg_catalog.current_setting('idempotency.outbox_retention', true);
+    seconds pg_catalog.float8;
+BEGIN
+    IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+        RETURN 86400;
+    END IF;
+    BEGIN
+        seconds := pg_catalog.round(pg_catalog.date_part('epoch', setting::pg_catalog.interval));
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
+        RAISE EXCEPTION 'invalid value for parameter "idempotency.outbox_retention": "%"', setting
+            USING ERRCODE = '22023',
+                  HINT = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".';
+    END;
+    IF seconds OPERATOR(pg_catalog.<) 1 OR seconds OPERATOR(pg_catalog.>) 2147483647 THEN
+        RAISE EXCEPTION '% s is outside the valid range for parameter "idempotency.outbox_retention" (%)',
+            seconds,
+            CASE WHEN pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 170000
+                 THEN '1 s .. 2147483647 s' ELSE '1 .. 2147483647' END
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN seconds::pg_catalog.int4;
+END
+$body$;
+
+/*
+ * The error of the epoch triggers when a column of the records they read by
+ * name is missing (renamed): src/removal.c, record_column.
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_no_column(name text, type text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $body$
+BEGIN
+    RAISE EXCEPTION 'table "idempotency_records" has no column "%" of type %', name, type
+        USING ERRCODE = '55000',
+              DETAIL = 'The triggers that keep fencing tokens from repeating read it by name.',
+              HINT = 'Give the column back its name and type.';
+END
+$body$;
+
+/*
+ * Whether a row of "source" that this transaction's snapshot sees was
+ * deleted or updated by a transaction that committed and that the snapshot
+ * does not see (idem_refuse_stale_snapshot): its xmax, widened to a full
+ * transaction id around this transaction's own (the rows are read by
+ * statements of a transaction that changed the table, so it has one).  An
+ * xmax of a multixact or out of reach is not counted; one of a row locker
+ * that committed since counts, which at worst asks for a retry.
+ */
+CREATE FUNCTION @extschema@.idem_sql_maint_rows_changed(source pg_catalog.regclass)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+    snap constant pg_catalog.pg_snapshot := pg_catalog.pg_current_snapshot();
+    mine constant pg_catalog.int8 := pg_catalog.pg_current_xact_id()::text::pg_catalog.int8;
+    x pg_catalog.int8;
+    full_xid pg_catalog.int8;
+BEGIN
+    FOR x IN EXECUTE pg_catalog.format(
+        'SELECT DISTINCT xmax::text::pg_catalog.int8 FROM %s WHERE xmax::text OPERATOR(pg_catalog.<>) ''0''', source)
+    LOOP
+        full_xid := (mine OPERATOR(pg_catalog.&) (-4294967296)::pg_catalog.int8) OPERATOR(pg_catalog.|) x;
+        IF full_xid OPERATOR(pg_catalog.>) (mine OPERATOR(pg_catalog.+) 2147483648) THEN
+            full_xid := full_xid OPERATOR(pg_catalog.-) 4294967296;
+        ELSIF full_xid OPERATOR(pg_catalog.<) (mine OPERATOR(pg_catalog.-) 2147483648) THEN
+            full_xid := full_xid OPERATOR(pg_catalog.+) 4294967296;
+        END IF;
+        CONTINUE WHEN full_xid OPERATOR(pg_catalog.<) 3;
+        BEGIN
+            IF NOT pg_catalog.pg_visible_in_snapshot(full_xid::text::pg_catalog.xid8, snap)
+               AND pg_catalog.pg_xact_status(full_xid::text::pg_catalog.xid8) OPERATOR(pg_catalog.=) 'committed' THEN
+                RETURN true;
+            END IF;
+        EXCEPTION WHEN invalid_parameter_value THEN
+            NULL;   -- a transaction id in the future: a multixact's
+        END;
+    END LOOP;
+    RETURN false;
+END
+$body$;
+
+--@ idem_records_removed()
+-- BEFORE DELETE FOR EACH ROW, ENABLE ALWAYS (src/removal.c): a deleted
+-- record of the current epoch (or later) advances the epoch, so that the
+-- key's next claim gets tokens above it; a row of an older epoch needs
+-- nothing, so a statement spends at most one epoch however many rows it
+-- deletes, and a purge (which advanced the epoch first) none.  The epoch is
+-- read here at each row (the C edition keeps it for the statement: the same
+-- answer).  SECURITY DEFINER, because the deletion spends the epoch as part
+-- of what the role is allowed (DELETE on the records), not as a right of its
+-- own: the C edition reads and advances the sequence as its owner, and a
+-- role may delete records with nothing on the sequence.  Nobody may execute
+-- the function (REVOKE in the chain), so it runs only as this trigger.
+--
+-- idem_claim's reuse of a record (a DELETE and INSERT of the key in one
+-- statement, the token growing by one) is no removal: the SQL edition's
+-- claim announces it in the transaction-local setting idem_sql.reuse, as
+-- '<token> <scope length>:<scope><key>' of the row it deletes, and clears it
+-- after the statement; the trigger lets exactly that row be, once, and
+-- clears the announcement.  An error undoes the setting with its
+-- (sub)transaction, so a reuse that fails leaves no exemption behind.
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+    token pg_catalog.int8;
+    epoch pg_catalog.int8;
+    reuse text;
+BEGIN
+    IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
+       OR TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
+        RAISE EXCEPTION 'idem_records_removed() must be called as a BEFORE DELETE FOR EACH ROW trigger'
+            USING ERRCODE = '39P01';
+    END IF;
+    IF TG_RELID OPERATOR(pg_catalog.<>) '@extschema@.idempotency_records'::pg_catalog.regclass THEN
+        RAISE EXCEPTION 'idem_records_removed() may only be a trigger of table idempotency_records'
+            USING ERRCODE = '39P01', DETAIL = pg_catalog.format('It fired on table "%s".', TG_TABLE_NAME);
+    END IF;
+    BEGIN
+        token := OLD.token;
+    EXCEPTION WHEN undefined_column THEN
+        PERFORM @extschema@.idem_sql_maint_no_column('token', 'bigint');
+    END;
+    IF token IS NULL THEN
+        RETURN OLD;     -- NOT NULL: only a hand-made table
+    END IF;
+    reuse := pg_catalog.current_setting('idem_sql.reuse', true);
+    IF reuse IS NOT NULL AND reuse OPERATOR(pg_catalog.<>) ''
+       AND reuse OPERATOR(pg_catalog.=) pg_catalog.concat(token, ' ', pg_catalog.length(OLD.scope), ':', OLD.scope, OLD.key) THEN
+        -- idem_claim puts it back, token + 1; once
+        PERFORM pg_catalog.set_config('idem_sql.reuse', '', true);
+        RETURN OLD;
+    END IF;
+    epoch := token OPERATOR(pg_catalog.>>) 16;
+    IF epoch OPERATOR(pg_catalog.>=)
+       coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'), 0) THEN
+        PERFORM @extschema@.idem_sql_maint_epoch_next();
+    END IF;
+    RETURN OLD;
+END
+$body$;
+
+--@ idem_records_truncated()
+-- AFTER TRUNCATE FOR EACH STATEMENT, ENABLE ALWAYS: a TRUNCATE of the
+-- records advances the epoch.  SECURITY DEFINER as idem_records_removed: a
+-- role with TRUNCATE and nothing on the sequence may truncate.
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $body$
+BEGIN
+    IF TG_WHEN OPERATOR(pg_catalog.<>) 'AFTER' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'STATEMENT'
+       OR TG_OP OPERATOR(pg_catalog.<>) 'TRUNCATE' THEN
+        RAISE EXCEPTION 'idem_records_truncated() must be called as an AFTER TRUNCATE trigger'
+            USING ERRCODE = '39P01';
+    END IF;
+    IF TG_RELID OPERATOR(pg_catalog.<>) '@extschema@.idempotency_records'::pg_catalog.regclass THEN
+        RAISE EXCEPTION 'idem_records_truncated() may only be a trigger of table idempotency_records'
+            USING ERRCODE = '39P01', DETAIL = pg_catalog.format('It fired on table "%s".', TG_TABLE_NAME);
+    END IF;
+    PERFORM @extschema@.idem_sql_maint_epoch_next();
+    RETURN NULL;
+END
+$body$;
+
+--@ idem_records_rekeyed()
+-- BEFORE UPDATE OF scope, key FOR EACH ROW, ENABLE ALWAYS: refuses an UPDATE
+-- that moves a record to another scope or key (src/removal.c says why).
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $body$
+DECLARE
+    old_scope text;
+    old_key text;
+    new_scope text;
+    new_key text;
+BEGIN
+    IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
+       OR TG_OP OPERATOR(pg_catalog.<>) 'UPDATE' THEN
+        RAISE EXCEPTION 'idem_records_rekeyed() must be called as a BEFORE UPDATE FOR EACH ROW trigger'
+            USING ERRCODE = '39P01';
+    END IF;
+    IF TG_RELID OPERATOR(pg_catalog.<>) '@extschema@.idempotency_records'::pg_catalog.regclass THEN
+        RAISE EXCEPTION 'idem_records_rekeyed() may only be a trigger of table idempotency_records'
+            USING ERRCODE = '39P01', DETAIL = pg_catalog.format('It fired on table "%s".', TG_TABLE_NAME);
+    END IF;
+    BEGIN
+        old_scope := OLD.scope;
+    EXCEPTION WHEN undefined_column THEN
+        PERFORM @extschema@.idem_sql_maint_no_column('scope', 'text');
+    END;
+    BEGIN
+        old_key := OLD.key;
+    EXCEPTION WHEN undefined_column THEN
+        PERFORM @extschema@.idem_sql_maint_no_column('key', 'text');
+    END;
+    new_scope := NEW.scope;
+    new_key := NEW.key;
+    -- NULL: the columns' NOT NULL constraints refuse it after this
+    IF old_scope IS NULL OR old_key IS NULL OR new_scope IS NULL OR new_key IS NULL
+       OR (new_scope OPERATOR(pg_catalog.=) old_scope COLLATE "C"
+           AND new_key OPERATOR(pg_catalog.=) old_key COLLATE "C") THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'cannot change the scope or key of an idempotency record'
+        USING ERRCODE = '0A000',
+              DETAIL = pg_catalog.format('Key "%s" in scope "%s" would become key "%s" in scope "%s".',
+                                         old_key, old_scope, new_key, new_scope),
+              HINT = 'Fencing tokens of a key must never repeat: delete the record and claim the new key instead.';
+END
+$body$;
+
+--@ idem_purge(integer, integer)
+-- src/purge.c: each table purged in batches of at most batch_size expired
+-- rows, locked FOR UPDATE SKIP LOCKED (a purge never waits for a claim or an
+-- accept that holds a row), at most max_batches batches per table.  A batch
+-- that deletes records first advances the token epoch.  The SQL edition
+-- keeps no counters (idem_stats).
+LANGUAGE plpgsql
+AS $body$
+DECLARE
+    purged pg_catalog.int8 := 0;
+    deleted pg_catalog.int8;
+    batches pg_catalog.int4;
+    now_ts pg_catalog.timestamptz;
+    retention pg_catalog.interval;
+BEGIN
+    IF batch_size IS NULL THEN
+        RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF batch_size OPERATOR(pg_catalog.<=) 0 THEN
+        RAISE EXCEPTION 'batch_size must be positive'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The value given was %s.', batch_size);
+    END IF;
+    IF max_batches OPERATOR(pg_catalog.<=) 0 THEN
+        RAISE EXCEPTION 'max_batches must be positive'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The value given was %s.', max_batches);
+    END IF;
+
+    -- finished records: the epoch's nextval before a batch that deletes any
+    batches := 0;
+    LOOP
+        EXIT WHEN batches OPERATOR(pg_catalog.>=) max_batches;
+        now_ts := pg_catalog.clock_timestamp();
+        WITH doomed AS (
+            SELECT r.ctid FROM @extschema@.idempotency_records r
+             WHERE r.purge_after OPERATOR(pg_catalog.<=) now_ts
+               AND r.expires_at OPERATOR(pg_catalog.<=) now_ts
+               AND (r.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}')
+                    OR (r.status OPERATOR(pg_catalog.=) 'processing' AND r.lease_expires_at IS NULL))
+             LIMIT batch_size FOR UPDATE SKIP LOCKED),
+        epoch AS (
+            SELECT @extschema@.idem_sql_maint_epoch_next()
+              FROM (SELECT FROM doomed LIMIT 1) any_doomed)
+        DELETE FROM @extschema@.idempotency_records
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.ctid FROM doomed d))
+           AND EXISTS (SELECT FROM epoch);
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        purged := purged OPERATOR(pg_catalog.+) deleted;
+        batches := batches OPERATOR(pg_catalog.+) 1;
+        EXIT WHEN deleted OPERATOR(pg_catalog.<) batch_size;
+    END LOOP;
+
+    -- expired inbox messages (never the watermarks)
+    batches := 0;
+    LOOP
+        EXIT WHEN batches OPERATOR(pg_catalog.>=) max_batches;
+        now_ts := pg_catalog.clock_timestamp();
+        DELETE FROM @extschema@.idem_inbox
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+               SELECT i.ctid FROM @extschema@.idem_inbox i
+                WHERE i.expires_at OPERATOR(pg_catalog.<=) now_ts
+                LIMIT batch_size FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        purged := purged OPERATOR(pg_catalog.+) deleted;
+        batches := batches OPERATOR(pg_catalog.+) 1;
+        EXIT WHEN deleted OPERATOR(pg_catalog.<) batch_size;
+    END LOOP;
+
+    -- published outbox messages, retention counted from publication; a role
+    -- that may not delete from the outbox purges the rest
+    IF NOT pg_catalog.has_table_privilege('@extschema@.idem_outbox', 'DELETE') THEN
+        RETURN purged;
+    END IF;
+    retention := pg_catalog.make_interval(secs => @extschema@.idem_sql_maint_outbox_retention());
+    batches := 0;
+    LOOP
+        EXIT WHEN batches OPERATOR(pg_catalog.>=) max_batches;
+        now_ts := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) retention;
+        DELETE FROM @extschema@.idem_outbox
+         WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+               SELECT o.ctid FROM @extschema@.idem_outbox o
+                WHERE o.created_at OPERATOR(pg_catalog.<=) now_ts
+                  AND o.status OPERATOR(pg_catalog.=) 'published'
+                  AND o.updated_at OPERATOR(pg_catalog.<=) now_ts
+                LIMIT batch_size FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS deleted = ROW_COUNT;
+        purged := purged OPERATOR(pg_catalog.+) deleted;
+        batches := batches OPERATOR(pg_catalog.+) 1;
+        EXIT WHEN deleted OPERATOR(pg_catalog.<) batch_size;
+    END LOOP;
+    RETURN purged;
+END
+$body$;
+
+--@ idem_role_tenants()
+-- The tenants idem_tenant_members allows the current role (current_user,
+-- exactly: not the roles it is a member of).  current_user is taken here,
+-- as the caller (SECURITY INVOKER, so a policy's call is the querying
+-- role's); the table is read by idem_sql_maint_role_tenants as its owner.
+LANGUAGE sql
+AS $body$
+SELECT @extschema@.idem_sql_maint_role_tenants(
+    (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER))
+$body$;
+
+--@ idem_refuse_stale_snapshot(regclass)
+-- The check of the triggers that rebuild the policies of the tenants
+-- (idem_tenant_members) and of the global reconcilers (idem_global_reconcilers),
+-- made once they hold idem_grant's lock, which lets one rebuild run at a
+-- time.  Under READ COMMITTED the statements after the lock see what the
+-- rebuild before committed.  Under REPEATABLE READ and SERIALIZABLE the
+-- snapshot may be older than that commit, and the rebuild would make the
+-- policies from a list without the other transaction's rows: 40001 instead.
+--
+-- The C edition compares every row version under the snapshot and a new
+-- one; SQL reads only with the snapshot.  What a rebuild leaves behind is
+-- its policies: every rebuild drops the table's policies and creates them
+-- anew, so they are the commit marker.  The policies as the snapshot sees
+-- them (a SELECT of pg_policy) are compared with the policies as they are
+-- now (pg_get_object_address looks a policy up by name in the catalog as
+-- committed, whatever the snapshot): a policy dropped, created or made
+-- again (a new OID) since the snapshot means another rebuild committed
+-- after it.  And a row of the table that the snapshot sees but a committed
+-- transaction it does not see deleted or updated (its xmax) means the same.
+LANGUAGE plpgsql
+AS $body$
+DECLARE
+    tables pg_catalog.regclass[];
+    names text[];
+    t pg_catalog.regclass;
+    n text;
+    seen pg_catalog.oid;
+    now_oid pg_catalog.oid;
+    stale boolean := false;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+                   WHERE c.oid OPERATOR(pg_catalog.=) source
+                     AND c.relkind OPERATOR(pg_catalog.=) 'r'
+                     AND c.relnamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace) THEN
+        RAISE EXCEPTION 'relation with OID % is not a table of the extension', source::pg_catalog.oid
+            USING ERRCODE = '22023';
+    END IF;
+    -- under READ COMMITTED each statement has a new snapshot
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) ALL ('{repeatable read,serializable}') THEN
+        RETURN;
+    END IF;
+
+    IF source OPERATOR(pg_catalog.=) '@extschema@.idem_tenant_members'::pg_catalog.regclass THEN
+        tables := ARRAY['@extschema@.idempotency_records'::pg_catalog.regclass,
+                        '@extschema@.idem_inbox'::pg_catalog.regclass,
+                        '@extschema@.idem_inbox_streams'::pg_catalog.regclass,
+                        '@extschema@.idem_outbox'::pg_catalog.regclass];
+        names := '{idem_tenant_members}';
+    ELSIF source OPERATOR(pg_catalog.=) '@extschema@.idem_global_reconcilers'::pg_catalog.regclass THEN
+        tables := ARRAY['@extschema@.idempotency_records'::pg_catalog.regclass];
+        names := '{idem_global_reconciler,idem_global_reconciler_resolve,idem_global_reconciler_unknown_only}';
+    ELSE
+        tables := '{}';
+        names := '{}';
+    END IF;
+    <<policies>>
+    FOREACH t IN ARRAY tables LOOP
+        FOREACH n IN ARRAY names LOOP
+            SELECT p.oid INTO seen FROM pg_catalog.pg_policy p
+             WHERE p.polrelid OPERATOR(pg_catalog.=) t AND p.polname OPERATOR(pg_catalog.=) n;
+            BEGIN
+                SELECT a.objid INTO now_oid
+                  FROM pg_catalog.pg_class c
+                  JOIN pg_catalog.pg_namespace ns ON ns.oid OPERATOR(pg_catalog.=) c.relnamespace,
+                       pg_catalog.pg_get_object_address('policy',
+                           ARRAY[ns.nspname::text, c.relname::text, n], '{}') a
+                 WHERE c.oid OPERATOR(pg_catalog.=) t;
+            EXCEPTION WHEN undefined_object THEN
+                now_oid := NULL;
+            END;
+            IF seen IS DISTINCT FROM now_oid THEN
+                stale := true;
+                EXIT policies;
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    IF NOT stale THEN
+        stale := @extschema@.idem_sql_maint_rows_changed(source);
+    END IF;
+    IF stale THEN
+        RAISE EXCEPTION 'could not serialize access due to concurrent update of table "%"',
+            (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) source)
+            USING ERRCODE = '40001',
+                  DETAIL = 'Another transaction changed the table after this transaction''s snapshot was taken.',
+                  HINT = 'Retry the transaction.';
+    END IF;
+END
+$body$;
+
+--@ idem_stats()
+-- The counters live in the C edition's shared memory, which only its
+-- library, loaded at server start, reserves.  The SQL edition has no library
+-- and keeps no counters (a write per call on the hot path would cost more
+-- than the calls): the C edition's error without preloading, with a detail
+-- and hint that say so.
+LANGUAGE plpgsql
+AS $body$
+BEGIN
+    RAISE EXCEPTION 'idempotency statistics are not available'
+        USING ERRCODE = '55000',
+              DETAIL = 'They are kept in the shared memory of the C edition''s library; the SQL edition has no library and keeps no counters.',
+              HINT = 'Statistics are not available in the SQL edition: use the C edition with idempotency in shared_preload_libraries, or the views idem_stuck and idem_summary.';
+END
+$body$;
+
+--@ idem_stats_reset()
+LANGUAGE plpgsql
+AS $body$
+BEGIN
+    RAISE EXCEPTION 'idempotency statistics are not available'
+        USING ERRCODE = '55000',
+              DETAIL = 'They are kept in the shared memory of the C edition''s library; the SQL edition has no library and keeps no counters.',
+              HINT = 'Statistics are not available in the SQL edition: use the C edition with idempotency in shared_preload_libraries, or the views idem_stuck and idem_summary.';
+END
+$body$;
+
+--@ idem_version()
+-- sql_version: the extension's extversion (NULL when the objects belong to
+-- no extension: the plain install); library_version: the version of the
+-- edition's code, which is these SQL objects themselves (kept in step with
+-- sql/edition/Makefile's VERSION); build_id: the edition instead of the
+-- build's identity; postgresql_major: the server's.
+LANGUAGE plpgsql
+AS $body$
+BEGIN
+    SELECT e.extversion INTO sql_version
+      FROM pg_catalog.pg_depend d
+      JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.objid OPERATOR(pg_catalog.=) '@extschema@.idem_version()'::pg_catalog.regprocedure
+       AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+       AND d.deptype OPERATOR(pg_catalog.=) 'e';
+    library_version := '0.3.0';
+    build_id := 'SQL edition';
+    postgresql_major := pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog./) 10000;
+END
+$body$;
