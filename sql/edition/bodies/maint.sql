@@ -32,82 +32,6 @@ END
 $body$;
 
 /*
- * The largest epoch whose tokens (epoch * 2^16 + n) fit in a bigint, and the
- * refusal of an epoch that cannot move on by "by" more (src/tokens.c,
- * idem_token_epoch_require_room).
- */
-CREATE FUNCTION @extschema@.idem_sql_maint_epoch_room(epoch pg_catalog.int8, by pg_catalog.int8)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $body$
-DECLARE
-    epoch_limit constant pg_catalog.int8 := 140737488355327;  -- 2^63 - 1 >> 16
-BEGIN
-    IF epoch OPERATOR(pg_catalog.>) (epoch_limit OPERATOR(pg_catalog.-) by) THEN
-        RAISE EXCEPTION 'the fencing tokens of idempotency records are used up'
-            USING ERRCODE = '2200H',
-                  DETAIL = pg_catalog.format('The token epoch (sequence "idem_token_epoch") is at %s of %s; moving it on would need %s more, and without it a token could repeat.',
-                                             epoch, epoch_limit, by),
-                  HINT = 'Stop every client that may still hold a fencing token, delete the records, and only then lower "idem_token_epoch" with setval.';
-    END IF;
-END
-$body$;
-
-/*
- * The epoch's nextval for idem_purge's statement, after the check of its
- * room (a nextval at the limit would say less): run as the purging role,
- * whose privileges on the sequence the C edition's statement needs too.
- */
-CREATE FUNCTION @extschema@.idem_sql_maint_epoch_next()
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $body$
-BEGIN
-    PERFORM @extschema@.idem_sql_maint_epoch_room(
-        coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'), 0), 1);
-    RETURN pg_catalog.nextval('@extschema@.idem_token_epoch');
-END
-$body$;
-
-/*
- * idempotency.outbox_retention in seconds (its default 1 day), as the C
- * edition's setting of unit s reads it: a number of seconds or a value with
- * a unit, rounded to the second, from 1 to 2147483647.  Without the library
- * the setting is a placeholder that takes any text, so the check is here.
- */
-CREATE FUNCTION @extschema@.idem_sql_maint_outbox_retention()
-RETURNS pg_catalog.int4
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $body$
-DECLARE
-    setting constant text := pg_catalog.current_setting('idempotency.outbox_retention', true);
-    seconds pg_catalog.float8;
-BEGIN
-    IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-        RETURN 86400;
-    END IF;
-    BEGIN
-        seconds := pg_catalog.round(pg_catalog.date_part('epoch', setting::pg_catalog.interval));
-    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow THEN
-        RAISE EXCEPTION 'invalid value for parameter "idempotency.outbox_retention": "%"', setting
-            USING ERRCODE = '22023',
-                  HINT = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".';
-    END;
-    IF seconds OPERATOR(pg_catalog.<) 1 OR seconds OPERATOR(pg_catalog.>) 2147483647 THEN
-        RAISE EXCEPTION '% s is outside the valid range for parameter "idempotency.outbox_retention" (%)',
-            seconds,
-            CASE WHEN pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 170000
-                 THEN '1 s .. 2147483647 s' ELSE '1 .. 2147483647' END
-            USING ERRCODE = '22023';
-    END IF;
-    RETURN seconds::pg_catalog.int4;
-END
-$body$;
-
-/*
  * The error of the epoch triggers when a column of the records they read by
  * name is missing (renamed): src/removal.c, record_column.
  */
@@ -181,18 +105,15 @@ $body$;
 -- the function (REVOKE in the chain), so it runs only as this trigger.
 --
 -- idem_claim's reuse of a record (a DELETE and INSERT of the key in one
--- statement, the token growing by one) is no removal: the SQL edition's
--- claim announces it in the transaction-local setting idem_sql.reuse, as
--- '<token> <scope length>:<scope><key>' of the row it deletes, and clears it
--- after the statement; the trigger lets exactly that row be, once, and
--- clears the announcement.  An error undoes the setting with its
+-- statement, the token growing by one) is no removal: the claim announces
+-- it in a transaction-local setting (00_internal.sql), and the trigger lets
+-- exactly that row be, once.  An error undoes the setting with its
 -- (sub)transaction, so a reuse that fails leaves no exemption behind.
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $body$
 DECLARE
     token pg_catalog.int8;
-    epoch pg_catalog.int8;
-    reuse text;
+    announced text;
 BEGIN
     IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
        OR TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
@@ -211,17 +132,19 @@ BEGIN
     IF token IS NULL THEN
         RETURN OLD;     -- NOT NULL: only a hand-made table
     END IF;
-    reuse := pg_catalog.current_setting('idem_sql.reuse', true);
-    IF reuse IS NOT NULL AND reuse OPERATOR(pg_catalog.<>) ''
-       AND reuse OPERATOR(pg_catalog.=) pg_catalog.concat(token, ' ', pg_catalog.length(OLD.scope), ':', OLD.scope, OLD.key) THEN
-        -- idem_claim puts it back, token + 1; once
-        PERFORM pg_catalog.set_config('idem_sql.reuse', '', true);
-        RETURN OLD;
+    -- idem_claim's reuse of this very row is no removal (00_internal.sql,
+    -- idem_sql_removal_reuse_take); the setting is read first, so that a
+    -- plain DELETE pays no call for it
+    announced := pg_catalog.current_setting('idempotency.sql_edition_reuse', true);
+    IF announced IS NOT NULL AND announced OPERATOR(pg_catalog.<>) ''
+       AND @extschema@.idem_sql_removal_reuse_take(OLD.scope, OLD.key, token) THEN
+        RETURN OLD;     -- idem_claim puts it back, token + 1; once
     END IF;
-    epoch := token OPERATOR(pg_catalog.>>) 16;
-    IF epoch OPERATOR(pg_catalog.>=)
-       coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'), 0) THEN
-        PERFORM @extschema@.idem_sql_maint_epoch_next();
+    -- the epoch of the token (shift 16: the SQL edition starts at 0.3.0),
+    -- against the epoch now, read as the owner
+    IF (token OPERATOR(pg_catalog.>>) 16) OPERATOR(pg_catalog.>=)
+       coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0) THEN
+        PERFORM @extschema@.idem_sql_token_epoch_advance();
     END IF;
     RETURN OLD;
 END
@@ -243,7 +166,7 @@ BEGIN
         RAISE EXCEPTION 'idem_records_truncated() may only be a trigger of table idempotency_records'
             USING ERRCODE = '39P01', DETAIL = pg_catalog.format('It fired on table "%s".', TG_TABLE_NAME);
     END IF;
-    PERFORM @extschema@.idem_sql_maint_epoch_next();
+    PERFORM @extschema@.idem_sql_token_epoch_advance();
     RETURN NULL;
 END
 $body$;
@@ -325,6 +248,8 @@ BEGIN
     batches := 0;
     LOOP
         EXIT WHEN batches OPERATOR(pg_catalog.>=) max_batches;
+        -- its nextval at the limit would say less
+        PERFORM @extschema@.idem_sql_token_epoch_require_room(@extschema@.idem_sql_token_epoch_now(), 1);
         now_ts := pg_catalog.clock_timestamp();
         WITH doomed AS (
             SELECT r.ctid FROM @extschema@.idempotency_records r
@@ -334,7 +259,7 @@ BEGIN
                     OR (r.status OPERATOR(pg_catalog.=) 'processing' AND r.lease_expires_at IS NULL))
              LIMIT batch_size FOR UPDATE SKIP LOCKED),
         epoch AS (
-            SELECT @extschema@.idem_sql_maint_epoch_next()
+            SELECT pg_catalog.nextval('@extschema@.idem_token_epoch'::pg_catalog.regclass)
               FROM (SELECT FROM doomed LIMIT 1) any_doomed)
         DELETE FROM @extschema@.idempotency_records
          WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.ctid FROM doomed d))
@@ -366,7 +291,8 @@ BEGIN
     IF NOT pg_catalog.has_table_privilege('@extschema@.idem_outbox', 'DELETE') THEN
         RETURN purged;
     END IF;
-    retention := pg_catalog.make_interval(secs => @extschema@.idem_sql_maint_outbox_retention());
+    retention := pg_catalog.make_interval(secs => @extschema@.idem_sql_setting_int(
+        'idempotency.outbox_retention', 86400, 1, 2147483647, 's'));
     batches := 0;
     LOOP
         EXIT WHEN batches OPERATOR(pg_catalog.>=) max_batches;
