@@ -418,15 +418,16 @@ $body$;
 -- The counters live in the C edition's shared memory, which only its
 -- library, loaded at server start, reserves.  The SQL edition has no library
 -- and keeps no counters (a write per call on the hot path would cost more
--- than the calls): the C edition's error without preloading, with a detail
--- and hint that say so.
+-- than the calls): the C edition's error without preloading (55000, the same
+-- message), with a detail and hint that say so (README, "What needs the C
+-- library").
 LANGUAGE plpgsql
 AS $body$
 BEGIN
     RAISE EXCEPTION 'idempotency statistics are not available'
         USING ERRCODE = '55000',
-              DETAIL = 'They are kept in the shared memory of the C edition''s library; the SQL edition has no library and keeps no counters.',
-              HINT = 'Statistics are not available in the SQL edition: use the C edition with idempotency in shared_preload_libraries, or the views idem_stuck and idem_summary.';
+              DETAIL = 'The C edition keeps them in shared memory; the SQL edition has no library, and counting every call would cost a write per call.',
+              HINT = 'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, and pg_stat_user_functions (track_functions = pl).';
 END
 $body$;
 
@@ -436,17 +437,19 @@ AS $body$
 BEGIN
     RAISE EXCEPTION 'idempotency statistics are not available'
         USING ERRCODE = '55000',
-              DETAIL = 'They are kept in the shared memory of the C edition''s library; the SQL edition has no library and keeps no counters.',
-              HINT = 'Statistics are not available in the SQL edition: use the C edition with idempotency in shared_preload_libraries, or the views idem_stuck and idem_summary.';
+              DETAIL = 'The C edition keeps them in shared memory; the SQL edition has no library, and counting every call would cost a write per call.',
+              HINT = 'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, and pg_stat_user_functions (track_functions = pl).';
 END
 $body$;
 
 --@ idem_version()
--- sql_version: the extension's extversion (NULL when the objects belong to
--- no extension: the plain install); library_version: the version of the
--- edition's code, which is these SQL objects themselves (kept in step with
--- sql/edition/Makefile's VERSION); build_id: the edition instead of the
--- build's identity; postgresql_major: the server's.
+-- library_version: the version of the edition's code, which is these SQL
+-- objects themselves (kept in step with sql/edition/Makefile's VERSION: a
+-- later version's script re-creates this body); sql_version: the
+-- extension's extversion, or without an extension (the plain install) the
+-- same version as the code; build_id: the edition instead of the build's
+-- identity (README, "What needs the C library"); postgresql_major: the
+-- server's.
 LANGUAGE plpgsql
 AS $body$
 BEGIN
@@ -458,6 +461,7 @@ BEGIN
        AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
        AND d.deptype OPERATOR(pg_catalog.=) 'e';
     library_version := '0.3.0';
+    sql_version := coalesce(sql_version, library_version);
     build_id := 'SQL edition';
     postgresql_major := pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog./) 10000;
 END
