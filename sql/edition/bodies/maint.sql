@@ -222,8 +222,12 @@ $body$;
 -- rows, locked FOR UPDATE SKIP LOCKED (a purge never waits for a claim or an
 -- accept that holds a row), at most max_batches batches per table.  A batch
 -- that deletes records first advances the token epoch.  The SQL edition
--- keeps no counters (idem_stats).
-LANGUAGE plpgsql
+-- keeps no counters (idem_stats).  Planned with sequential scans
+-- discouraged, as the C edition's statements are (record_store.c,
+-- idem_execute_without_seqscan): a plan made while the table was nearly
+-- empty would scan it whole once it has grown; the batches find their rows
+-- through the indexes on purge_after and expires_at.
+LANGUAGE plpgsql SET enable_seqscan = off
 AS $body$
 DECLARE
     purged pg_catalog.int8 := 0;
