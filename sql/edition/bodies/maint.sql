@@ -16,18 +16,21 @@
  * without any: whoever calls it directly with a role not theirs learns
  * nothing.  By the primary key, in its order: the role's tenants sorted.
  */
-CREATE FUNCTION @extschema@.idem_sql_maint_role_tenants(member pg_catalog.oid)
+CREATE FUNCTION @extschema@.idem_sql_maint_role_tenants(member pg_catalog.name)
 RETURNS pg_catalog.text[]
 LANGUAGE plpgsql STABLE PARALLEL SAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $body$
+DECLARE
+    role_oid pg_catalog.oid;
 BEGIN
     IF member IS NULL OR NOT pg_catalog.pg_has_role(SESSION_USER, member, 'MEMBER') THEN
         RETURN '{}';
     END IF;
+    role_oid := pg_catalog.quote_ident(member)::pg_catalog.regrole;
     RETURN ARRAY(SELECT m.tenant FROM @extschema@.idem_tenant_members m
-                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) member
-                 ORDER BY m.role, m.tenant);
+                 WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) role_oid
+                 ORDER BY m.tenant);
 END
 $body$;
 
@@ -322,10 +325,13 @@ $body$;
 -- exactly: not the roles it is a member of).  current_user is taken here,
 -- as the caller (SECURITY INVOKER, so a policy's call is the querying
 -- role's); the table is read by idem_sql_maint_role_tenants as its owner.
-LANGUAGE sql
+-- PL/pgSQL, whose plans are kept: a SQL function that is not inlined (the
+-- pinned search_path prevents it) is planned again at every call.
+LANGUAGE plpgsql
 AS $body$
-SELECT @extschema@.idem_sql_maint_role_tenants(
-    (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER))
+BEGIN
+    RETURN @extschema@.idem_sql_maint_role_tenants(CURRENT_USER);
+END
 $body$;
 
 --@ idem_refuse_stale_snapshot(regclass)
