@@ -225,12 +225,15 @@ $body$;
 -- rows, locked FOR UPDATE SKIP LOCKED (a purge never waits for a claim or an
 -- accept that holds a row), at most max_batches batches per table.  A batch
 -- that deletes records first advances the token epoch.  The SQL edition
--- keeps no counters (idem_stats).  Planned with sequential scans
--- discouraged, as the C edition's statements are (record_store.c,
+-- keeps no counters (idem_stats).  Its statements are planned with
+-- sequential scans discouraged, as the C edition's are (record_store.c,
 -- idem_execute_without_seqscan): a plan made while the table was nearly
 -- empty would scan it whole once it has grown; the batches find their rows
--- through the indexes on purge_after and expires_at.
-LANGUAGE plpgsql SET enable_seqscan = off
+-- through the indexes on purge_after and expires_at.  enable_seqscan is set
+-- for the transaction and put back at the end (not a SET clause: the
+-- functions set search_path only); an error takes the setting back with its
+-- (sub)transaction.
+LANGUAGE plpgsql
 AS $body$
 DECLARE
     purged pg_catalog.int8 := 0;
@@ -238,6 +241,7 @@ DECLARE
     batches pg_catalog.int4;
     now_ts pg_catalog.timestamptz;
     retention pg_catalog.interval;
+    saved_enable_seqscan text;
 BEGIN
     IF batch_size IS NULL THEN
         RAISE EXCEPTION 'batch_size must not be null' USING ERRCODE = '22004';
@@ -250,6 +254,9 @@ BEGIN
         RAISE EXCEPTION 'max_batches must be positive'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The value given was %s.', max_batches);
     END IF;
+
+    saved_enable_seqscan := pg_catalog.current_setting('enable_seqscan');
+    PERFORM pg_catalog.set_config('enable_seqscan', 'off', true);
 
     -- finished records: the epoch's nextval before a batch that deletes any
     batches := 0;
@@ -296,6 +303,7 @@ BEGIN
     -- published outbox messages, retention counted from publication; a role
     -- that may not delete from the outbox purges the rest
     IF NOT pg_catalog.has_table_privilege('@extschema@.idem_outbox', 'DELETE') THEN
+        PERFORM pg_catalog.set_config('enable_seqscan', saved_enable_seqscan, true);
         RETURN purged;
     END IF;
     retention := pg_catalog.make_interval(secs => @extschema@.idem_sql_setting_int(
@@ -316,6 +324,7 @@ BEGIN
         batches := batches OPERATOR(pg_catalog.+) 1;
         EXIT WHEN deleted OPERATOR(pg_catalog.<) batch_size;
     END LOOP;
+    PERFORM pg_catalog.set_config('enable_seqscan', saved_enable_seqscan, true);
     RETURN purged;
 END
 $body$;
