@@ -100,23 +100,27 @@ $body$;
 -- key's next claim gets tokens above it; a row of an older epoch needs
 -- nothing, so a statement spends at most one epoch however many rows it
 -- deletes, and a purge (which advanced the epoch first) none.  The epoch is
--- read here at each row (the C edition keeps it for the statement: the same
--- answer).  SECURITY DEFINER, because the deletion spends the epoch as part
--- of what the role is allowed (DELETE on the records), not as a right of its
--- own: the C edition reads and advances the sequence as its owner, and a
--- role may delete records with nothing on the sequence.  Nobody may execute
--- the function (REVOKE in the chain), so it runs only as this trigger.
+-- read at each row (the C edition keeps it for the statement: the same
+-- answer).  The deletion spends the epoch as part of what the role is
+-- allowed (DELETE on the records), not as a right of its own: the epoch is
+-- read and advanced as the sequence's owner (00_internal.sql's
+-- idem_sql_token_epoch_now and _advance, SECURITY DEFINER), so a role may
+-- delete records with nothing on the sequence, and the trigger itself runs
+-- as the deleting role.  Nobody may execute the function (REVOKE in the
+-- chain), so it runs only as this trigger.
 --
 -- idem_claim's reuse of a record (a DELETE and INSERT of the key in one
 -- statement, the token growing by one) is no removal: the claim announces
 -- it in a transaction-local setting (00_internal.sql), and the trigger lets
 -- exactly that row be, once.  An error undoes the setting with its
 -- (sub)transaction, so a reuse that fails leaves no exemption behind.
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql
 AS $body$
 DECLARE
     token pg_catalog.int8;
     announced text;
+    epoch_seq pg_catalog.regclass;
+    epoch pg_catalog.int8;
 BEGIN
     IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
        OR TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
@@ -144,9 +148,16 @@ BEGIN
         RETURN OLD;     -- idem_claim puts it back, token + 1; once
     END IF;
     -- the epoch of the token (shift 16: the SQL edition starts at 0.3.0),
-    -- against the epoch now, read as the owner
-    IF (token OPERATOR(pg_catalog.>>) 16) OPERATOR(pg_catalog.>=)
-       coalesce(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0) THEN
+    -- against the epoch now: read directly where the role may (PUBLIC may
+    -- read the sequence, unless a DBA revoked it), else as the sequence's
+    -- owner, which costs a SECURITY DEFINER call per row
+    epoch_seq := '@extschema@.idem_token_epoch'::pg_catalog.regclass;
+    IF pg_catalog.has_sequence_privilege(epoch_seq, 'SELECT, USAGE') THEN
+        epoch := coalesce(pg_catalog.pg_sequence_last_value(epoch_seq), 0);
+    ELSE
+        epoch := @extschema@.idem_sql_token_epoch_now();
+    END IF;
+    IF (token OPERATOR(pg_catalog.>>) 16) OPERATOR(pg_catalog.>=) epoch THEN
         PERFORM @extschema@.idem_sql_token_epoch_advance();
     END IF;
     RETURN OLD;
@@ -155,9 +166,9 @@ $body$;
 
 --@ idem_records_truncated()
 -- AFTER TRUNCATE FOR EACH STATEMENT, ENABLE ALWAYS: a TRUNCATE of the
--- records advances the epoch.  SECURITY DEFINER as idem_records_removed: a
--- role with TRUNCATE and nothing on the sequence may truncate.
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- records advances the epoch, as the sequence's owner (a role with TRUNCATE
+-- and nothing on the sequence may truncate).
+LANGUAGE plpgsql
 AS $body$
 BEGIN
     IF TG_WHEN OPERATOR(pg_catalog.<>) 'AFTER' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'STATEMENT'
@@ -177,7 +188,7 @@ $body$;
 --@ idem_records_rekeyed()
 -- BEFORE UPDATE OF scope, key FOR EACH ROW, ENABLE ALWAYS: refuses an UPDATE
 -- that moves a record to another scope or key (src/removal.c says why).
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql
 AS $body$
 DECLARE
     old_scope text;
