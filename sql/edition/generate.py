@@ -230,6 +230,8 @@ class Edition:
         if not re.search(r'\bSET\s+search_path\b', extra, re.I):
             extra = (extra + ' ' if extra else '') + 'SET search_path = pg_catalog, pg_temp'
         options = ' '.join([language] + attrs + [extra])
+        # the version of the code, which is these bodies (idem_version)
+        body = body.replace('@edition_version@', version_of(self.chain))
         return '%s\nLANGUAGE %s\nAS %s;' % (header, options, body)
 
     def substitute(self, path):
