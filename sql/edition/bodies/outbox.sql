@@ -2,122 +2,125 @@
 -- (emit, batch emit, the key lock of idem_outbox_retry, the counters, seq's
 -- default and the order trigger of rows inserted directly).  The relay
 -- functions (claim, ack, nack, retry) are the chain's own PL/pgSQL.
--- generate.py says how this file is read.
+-- generate.py says how this file is read; every PL/pgSQL function here runs
+-- with search_path = pg_catalog, pg_temp, so operators are pg_catalog's.
 
 --@ internal
 
 /*
  * The locks of the outbox (src/outbox.c, "Locking").  The C edition takes
- * advisory locks of its own classes, LOCKTAG_ADVISORY with field4 7457 for
- * a key (scope, topic, key) and 7458 for a scope, keyed by 64-bit hashes
- * (hash_bytes_extended: the scope's hash, and the topic's and key's chained
- * on it as seeds).  SQL reaches only the classes 1 (bigint) and 2
+ * advisory locks of classes of its own: LOCKTAG_ADVISORY with field4 7457
+ * for a key (scope, topic, key) and 7458 for a scope, keyed by 64-bit hashes
+ * (hash_bytes_extended: the scope's hash is the seed of the topic's, which is
+ * the seed of the key's).  SQL reaches only the classes 1 (bigint) and 2
  * (int4, int4) of pg_advisory_xact_lock, so here the class is the first
  * int4 and the lock is (7457, hash >> 32) for a key, (7458, seed >> 32) for
- * a scope: in pg_locks classid 7457 or 7458, objid the upper half of the
- * same hash (pg_catalog.hashtextextended is hash_bytes_extended), objsubid 2
- * instead of the class.  A database holds one edition only, so the two
- * never meet.  Two keys (scopes) whose upper 32 bits collide share a lock,
- * which costs only waits, as a 64-bit collision in C; an application's own
- * pg_advisory_lock(7457, n) would share one too (it should keep away from
- * these two classes).  The modes: C's RowExclusiveLock on a scope, which
- * emitters share and its ExclusiveLock excludes, is the ShareLock of
- * pg_advisory_xact_lock_shared here (same conflicts between the two modes
- * used); ExclusiveLock is ExclusiveLock.  Scope, order, escalation and
- * release (end of transaction, rollback of the subtransaction that took
- * them) are C's.
+ * a scope: in pg_locks classid 7457 or 7458, objid the upper half of the C
+ * edition's hash (pg_catalog.hashtextextended is hash_bytes_extended), and
+ * objsubid 2 instead of the class.  A database holds one edition only, so
+ * the two kinds never meet.  Two keys (scopes) whose upper halves collide
+ * share a lock, which costs only waits, as a 64-bit collision does in C; an
+ * application's own pg_advisory_lock(7457, n) or (7458, n) would share one
+ * too.  The modes: C's RowExclusiveLock on a scope, which emitters share and
+ * its ExclusiveLock excludes, is the ShareLock of
+ * pg_advisory_xact_lock_shared here (the same conflicts between the two
+ * modes used); ExclusiveLock is ExclusiveLock.  What is locked, in which
+ * order, when a transaction escalates to its scope's lock and when the
+ * locks go (the end of the transaction, the rollback of the subtransaction
+ * that took them) are the C edition's.
  *
- * What C keeps in static variables lives in settings that are local to the
- * transaction (set_config(..., true)): they end with it and go back with a
- * rolled-back subtransaction, as the locks do.
+ * What C keeps in static variables, or asks its own lock table, lives here
+ * in placeholder settings (not under "idempotency.": the C library reserves
+ * that prefix).  Those of the transaction are set with set_config(..., true):
+ * they end with it, and go back with a rolled-back subtransaction, as the
+ * locks do.
  *   idem_sql.outbox_locked  '' before the transaction's first outbox lock
- *                           (outbox_locked_in_xact), then the count of key
- *                           locks the order trigger took (order_keys)
+ *                           (C: outbox_locked_in_xact), then the count of
+ *                           the key locks the order trigger took (order_keys)
  *   idem_sql.outbox_bulk    ',s1,s2,': the scopes (seed >> 32) whose lock
- *                           this transaction holds in ExclusiveLock (C asks
- *                           its own lock table: idem_lock_held_by_me)
- *   idem_sql.outbox_key     the hash of the key an emit (or the trigger, or
- *                           idem_outbox_lock_key) locked last, or 'b' and a
- *                           scope's seed while a batch emit inserts the rows
- *                           whose keys it locked: the trigger's "key locked
- *                           by me" (C asks its lock table)
- *   idem_sql.outbox_seq     the seq idem_outbox_next_seq drew last
- *                           (default_seq)
- * and in one setting of the session:
+ *                           the transaction holds in ExclusiveLock
+ *   idem_sql.outbox_key     what the transaction locked last, for the order
+ *                           trigger: a key's hash (an emit, the trigger,
+ *                           idem_outbox_lock_key), 'b' and the scope's seed
+ *                           while a batch inserts the rows whose keys it
+ *                           locked, 'B' and the seed for a scope held in
+ *                           ExclusiveLock
+ *   idem_sql.outbox_seq     the seq idem_outbox_next_seq drew last (C:
+ *                           default_seq)
+ * and one of the session (set_config(..., false)):
  *   idem_sql.outbox_uuid    the last (unix ms << 12 | fraction) of the
- *                           backend's UUIDv7 ids (last_ms, last_fraction)
- * A session may write these settings itself; what it can get by that is
- * its own rows drawing seq before their key's lock (a key of a scope it may
- * write, whose order it could break), so the order trigger does not take
- * idem_sql.outbox_key on trust: it checks the lock with a conditional
- * request, granted at once when this transaction holds it.
+ *                           backend's UUIDv7 ids (C: last_ms, last_fraction)
+ * A session may set these itself.  What it could gain is rows of its own
+ * drawing seq before their key's lock; so nothing here takes them on trust
+ * where that matters: a lock they say is held is asked for again with
+ * pg_try_advisory_xact_lock, which a holder is granted at once.
  */
 
--- lock_scope_first (src/outbox.c): the scope's lock before any key lock of
--- the scope; true when this transaction holds it in ExclusiveLock (then no
--- key lock of the scope is needed).  It escalates only at the transaction's
+-- lock_scope_first (src/outbox.c): the scope's lock, before any key lock of
+-- the scope; true when this transaction holds it in ExclusiveLock (and then
+-- needs no key lock of the scope).  It escalates only at the transaction's
 -- first outbox lock, for more than 256 new keys; later only if the lock is
--- free at once.
+-- free at once, since waiting for a whole scope while holding locks could
+-- deadlock.
 CREATE FUNCTION @extschema@.idem_sql_outbox_lock_scope(seed bigint, new_keys integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    s integer := (seed OPERATOR(pg_catalog.>>) 32)::integer;
-    tag text := pg_catalog.concat(',', s, ',');
-    bulk text := pg_catalog.current_setting('idem_sql.outbox_bulk', true);
-    locked text := pg_catalog.current_setting('idem_sql.outbox_locked', true);
+    s constant integer := (seed >> 32)::integer;
+    bulk constant text := current_setting('idem_sql.outbox_bulk', true);
+    first constant boolean := COALESCE(current_setting('idem_sql.outbox_locked', true), '') = '';
+    done text;
 BEGIN
-    IF locked IS NULL OR locked OPERATOR(pg_catalog.=) '' THEN
-        PERFORM pg_catalog.set_config('idem_sql.outbox_locked', '0', true);
-    ELSIF COALESCE(pg_catalog.strpos(bulk, tag) OPERATOR(pg_catalog.>) 0, false)
-          AND pg_catalog.pg_try_advisory_xact_lock(7458, s) THEN
-        -- held in ExclusiveLock (granted at once: the setting is not taken on trust)
+    IF first THEN
+        done := set_config('idem_sql.outbox_locked', '0', true);
+    -- (COALESCE: in NULL AND x, x is evaluated, and would take the lock)
+    ELSIF COALESCE(strpos(bulk, concat(',', s, ',')) > 0, false) AND pg_try_advisory_xact_lock(7458, s) THEN
         RETURN true;
     END IF;
-    IF new_keys OPERATOR(pg_catalog.>) 256 THEN
-        IF locked IS NULL OR locked OPERATOR(pg_catalog.=) '' THEN
-            PERFORM pg_catalog.pg_advisory_xact_lock(7458, s);
-        ELSIF NOT pg_catalog.pg_try_advisory_xact_lock(7458, s) THEN
+    IF new_keys > 256 THEN
+        IF first THEN
+            done := pg_advisory_xact_lock(7458, s)::text;
+        ELSIF NOT pg_try_advisory_xact_lock(7458, s) THEN
             -- held by others: a key lock per key, waiting only for those
-            PERFORM pg_catalog.pg_advisory_xact_lock_shared(7458, s);
+            done := pg_advisory_xact_lock_shared(7458, s)::text;
             RETURN false;
         END IF;
-        PERFORM pg_catalog.set_config('idem_sql.outbox_bulk',
-                                      pg_catalog.concat(CASE WHEN bulk OPERATOR(pg_catalog.<>) '' THEN bulk ELSE ',' END, s, ','), true);
+        done := set_config('idem_sql.outbox_bulk',
+                           concat(CASE WHEN bulk <> '' THEN bulk ELSE ',' END, s, ','), true);
         RETURN true;
     END IF;
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(7458, s);
+    done := pg_advisory_xact_lock_shared(7458, s)::text;
     RETURN false;
 END
 $fn$;
 
--- new_uuid_v7 (src/outbox.c): reserves n ids of the backend's sequence of
--- (unix ms << 12 | sub-millisecond fraction in 4096ths), which always grows
--- (RFC 9562's method 3), and returns the first
+-- new_uuid_v7 (src/outbox.c): reserves n values of the backend's sequence
+-- of (unix ms << 12 | sub-millisecond fraction in 4096ths), which always
+-- grows (RFC 9562's method 3), and returns the first
 CREATE FUNCTION @extschema@.idem_sql_outbox_uuid_first(now_ts timestamptz, n integer)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    us bigint := pg_catalog.round(pg_catalog.date_part('epoch', now_ts) OPERATOR(pg_catalog.*) 1000000::float8)::bigint;
-    -- (OPERATOR() binds left to right, all at one precedence)
-    v bigint := ((us OPERATOR(pg_catalog./) 1000) OPERATOR(pg_catalog.<<) 12)
-                OPERATOR(pg_catalog.+) (((us OPERATOR(pg_catalog.%) 1000) OPERATOR(pg_catalog.*) 4096)
-                                        OPERATOR(pg_catalog./) 1000);
-    last text := pg_catalog.current_setting('idem_sql.outbox_uuid', true);
+    us constant bigint := round(date_part('epoch', now_ts) * 1000000::float8)::bigint;
+    last constant text := current_setting('idem_sql.outbox_uuid', true);
+    v bigint := ((us / 1000) << 12) + (((us % 1000) * 4096) / 1000);
+    done text;
 BEGIN
-    IF last IS NOT NULL AND last OPERATOR(pg_catalog.<>) '' AND v OPERATOR(pg_catalog.<=) last::bigint THEN
-        v := last::bigint OPERATOR(pg_catalog.+) 1;
+    IF last <> '' AND v <= last::bigint THEN
+        v := last::bigint + 1;
     END IF;
-    PERFORM pg_catalog.set_config('idem_sql.outbox_uuid',
-                                  (v OPERATOR(pg_catalog.+) n OPERATOR(pg_catalog.-) 1)::text, false);
+    done := set_config('idem_sql.outbox_uuid', (v + n - 1)::text, false);
     RETURN v;
 END
 $fn$;
 
--- the UUID of version 7 for v (see above): 48 bits of ms, the version, 12
--- bits of fraction, then the variant and 62 random bits (gen_random_uuid's)
+-- the UUID of version 7 of v (see above): 48 bits of ms, the version, 12
+-- bits of fraction, then the variant and 62 random bits (gen_random_uuid's);
+-- SQL-standard, so bound at creation and inlined
 CREATE FUNCTION @extschema@.idem_sql_outbox_uuid(v bigint)
 RETURNS uuid
 LANGUAGE sql VOLATILE
@@ -127,41 +130,35 @@ RETURN (pg_catalog.lpad(pg_catalog.to_hex(((v OPERATOR(pg_catalog.>>) 12) OPERAT
         OPERATOR(pg_catalog.||) pg_catalog.right(pg_catalog.gen_random_uuid()::text, 17))::uuid;
 
 -- check_name (src/outbox.c): a topic, key or type, not empty and no longer
--- than idempotency.max_key_length; raises the error (the callers test first)
+-- than idempotency.max_key_length
 CREATE FUNCTION @extschema@.idem_sql_outbox_check_name(value text, what text)
 RETURNS void
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    IF pg_catalog.octet_length(value) OPERATOR(pg_catalog.=) 0 THEN
+    IF octet_length(value) = 0 THEN
         RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
     END IF;
     PERFORM @extschema@.idem_sql_check_length(value, what);
 END
 $fn$;
 
--- idempotency.max_key_length without a call while it is not set
-CREATE FUNCTION @extschema@.idem_sql_outbox_max_key_length()
-RETURNS integer
-LANGUAGE sql STABLE
-RETURN CASE WHEN pg_catalog.current_setting('idempotency.max_key_length', true) IS NULL THEN 255
-            ELSE @extschema@.idem_sql_max_key_length() END;
-
 -- check_key_bytes (src/outbox.c): topic, key and scope fit one entry of the
 -- index idem_outbox_key (BTMaxItemSize of the block size, less 104 bytes:
--- 2600 at 8 kB)
+-- 2600 at 8 kB, 208 at the smallest block size, 1 kB)
 CREATE FUNCTION @extschema@.idem_sql_outbox_check_key_bytes(len integer)
 RETURNS void
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    max_bytes integer := (((pg_catalog.current_setting('block_size')::integer OPERATOR(pg_catalog.-) 72)
-                           OPERATOR(pg_catalog./) 3) OPERATOR(pg_catalog.&) -8) OPERATOR(pg_catalog.-) 104;
+    max_bytes constant integer := (((current_setting('block_size')::integer - 72) / 3) & -8) - 104;
 BEGIN
-    IF len OPERATOR(pg_catalog.>) max_bytes THEN
+    IF len > max_bytes THEN
         RAISE EXCEPTION 'topic, key and scope are too long together'
             USING ERRCODE = '22001',
-                  DETAIL = pg_catalog.format('They are %s bytes long together; the limit is %s bytes.', len, max_bytes);
+                  DETAIL = format('They are %s bytes long together; the limit is %s bytes.', len, max_bytes);
     END IF;
 END
 $fn$;
@@ -170,6 +167,7 @@ $fn$;
 CREATE FUNCTION @extschema@.idem_sql_outbox_available(now_ts timestamptz, delay interval)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     result timestamptz;
@@ -177,74 +175,28 @@ BEGIN
     IF delay IS NULL THEN
         RETURN now_ts;
     END IF;
-    result := now_ts OPERATOR(pg_catalog.+) delay;
-    IF result OPERATOR(pg_catalog.<) now_ts THEN
+    result := now_ts + delay;
+    IF result < now_ts THEN
         RAISE EXCEPTION 'delay must not be negative'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The interval given was "%s".', delay);
+                  DETAIL = format('The interval given was "%s".', delay);
     END IF;
     -- from PostgreSQL 17 an interval may be infinite: never due
-    IF NOT pg_catalog.isfinite(result) THEN
+    IF NOT isfinite(result) THEN
         RAISE EXCEPTION 'delay must be finite' USING ERRCODE = '22023';
     END IF;
     RETURN result;
 END
 $fn$;
 
--- idempotency.outbox_notify (bool, default on), as the C setting parses it
-CREATE FUNCTION @extschema@.idem_sql_outbox_notify_on(value text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-AS $fn$
-BEGIN
-    IF value IS NULL OR value OPERATOR(pg_catalog.=) '' THEN
-        RETURN true;
-    END IF;
-    BEGIN
-        RETURN value::boolean;
-    EXCEPTION WHEN invalid_text_representation THEN
-        RAISE EXCEPTION 'parameter "idempotency.outbox_notify" requires a Boolean value'
-            USING ERRCODE = '22023';
-    END;
-END
-$fn$;
-
--- one element of a batch emit, checked as src/outbox.c does (raises the
--- first error)
-CREATE FUNCTION @extschema@.idem_sql_outbox_check_element(topic text, k text, p jsonb, t text,
-                                                        h jsonb, scope text)
-RETURNS void
-LANGUAGE plpgsql STABLE
-AS $fn$
-BEGIN
-    IF k IS NULL THEN
-        RAISE EXCEPTION 'keys must not contain nulls' USING ERRCODE = '22004';
-    END IF;
-    PERFORM @extschema@.idem_sql_outbox_check_name(k, 'key');
-    PERFORM @extschema@.idem_sql_outbox_check_key_bytes(
-        pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(k)
-        OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
-    IF p IS NULL THEN
-        RAISE EXCEPTION 'payloads must not contain nulls'
-            USING ERRCODE = '22004', HINT = 'Pass ''null''::jsonb for a message without a payload.';
-    END IF;
-    IF t IS NOT NULL THEN
-        PERFORM @extschema@.idem_sql_outbox_check_name(t, 'type');
-    END IF;
-    IF h IS NOT NULL AND pg_catalog.jsonb_typeof(h) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'headers must be a JSON object'
-            USING ERRCODE = '22023', HINT = 'Pass NULL for a message without headers.';
-    END IF;
-END
-$fn$;
-
 -- the checks of idem_outbox_emit (src/outbox.c), in its order; returns
--- available_at
+-- available_at.  The emit runs them only when its one test of all fails.
 CREATE FUNCTION @extschema@.idem_sql_outbox_check_emit(topic text, key text, payload jsonb, type text,
                                                      headers jsonb, scope text, delay interval,
                                                      now_ts timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     IF topic IS NULL THEN
@@ -262,119 +214,155 @@ BEGIN
     IF type IS NOT NULL THEN
         PERFORM @extschema@.idem_sql_outbox_check_name(type, 'type');
     END IF;
-    IF headers IS NOT NULL AND pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
+    IF headers IS NOT NULL AND jsonb_typeof(headers) <> 'object' THEN
         RAISE EXCEPTION 'headers must be a JSON object'
             USING ERRCODE = '22023', HINT = 'Pass NULL for a message without headers.';
     END IF;
     PERFORM @extschema@.idem_sql_arg_scope(scope);
-    PERFORM @extschema@.idem_sql_outbox_check_key_bytes(
-        pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
-        OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope));
+    PERFORM @extschema@.idem_sql_outbox_check_key_bytes(octet_length(topic) + octet_length(key) + octet_length(scope));
     RETURN @extschema@.idem_sql_outbox_available(now_ts, delay);
+END
+$fn$;
+
+-- one element of a batch emit, checked as src/outbox.c checks it
+CREATE FUNCTION @extschema@.idem_sql_outbox_check_element(topic text, k text, p jsonb, t text,
+                                                        h jsonb, scope text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF k IS NULL THEN
+        RAISE EXCEPTION 'keys must not contain nulls' USING ERRCODE = '22004';
+    END IF;
+    PERFORM @extschema@.idem_sql_outbox_check_name(k, 'key');
+    PERFORM @extschema@.idem_sql_outbox_check_key_bytes(octet_length(topic) + octet_length(k) + octet_length(scope));
+    IF p IS NULL THEN
+        RAISE EXCEPTION 'payloads must not contain nulls'
+            USING ERRCODE = '22004', HINT = 'Pass ''null''::jsonb for a message without a payload.';
+    END IF;
+    IF t IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_outbox_check_name(t, 'type');
+    END IF;
+    IF h IS NOT NULL AND jsonb_typeof(h) <> 'object' THEN
+        RAISE EXCEPTION 'headers must be a JSON object'
+            USING ERRCODE = '22023', HINT = 'Pass NULL for a message without headers.';
+    END IF;
+END
+$fn$;
+
+-- idempotency.outbox_notify (bool, default on), parsed as the C setting is
+CREATE FUNCTION @extschema@.idem_sql_outbox_notify_on(value text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        RETURN true;
+    END IF;
+    RETURN value::boolean;
+EXCEPTION WHEN invalid_text_representation THEN
+    RAISE EXCEPTION 'parameter "idempotency.outbox_notify" requires a Boolean value'
+        USING ERRCODE = '22023';
 END
 $fn$;
 
 --@ idem_outbox_emit(text, text, jsonb, text, jsonb, text, interval)
 -- One INSERT under the key's lock, as the C edition's (src/outbox.c).  The
--- hot path is a few simple expressions (PL/pgSQL evaluates those without
--- the executor; each PERFORM or call of a PL/pgSQL or SQL function would
--- cost more than the INSERT): one test of every argument, the checks in the
--- C edition's order only when it fails (or with a delay).
+-- path of a valid emit is a few simple expressions, which PL/pgSQL
+-- evaluates without the executor (a PERFORM, or a call of a PL/pgSQL or SQL
+-- function, costs about as much as the INSERT): one test of all the
+-- arguments, and the checks in the C edition's order only when it fails (or
+-- for a delay).  The order trigger notifies the relays.
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    now_ts constant timestamptz := pg_catalog.clock_timestamp();
-    available timestamptz := now_ts;
+    now_ts constant timestamptz := clock_timestamp();
+    available timestamptz;
     seed bigint;
     hash bigint;
     v bigint;
     message_id uuid;
     done text;
 BEGIN
+    -- (topic + key + scope <= 208 bytes: each fits idempotency.max_key_length
+    -- unset (255), and all three the index at any block size)
     IF topic IS NULL OR key IS NULL OR payload IS NULL OR scope IS NULL OR delay IS NOT NULL
-       OR pg_catalog.current_setting('idempotency.max_key_length', true) IS NOT NULL
-       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(type) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(type) OPERATOR(pg_catalog.>) 255
-       OR pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object'
-       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(key)
-          OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 208
-    THEN
+       OR octet_length(topic) = 0 OR octet_length(key) = 0
+       OR octet_length(topic) + octet_length(key) + octet_length(scope) > 208
+       OR octet_length(type) NOT BETWEEN 1 AND 255 OR jsonb_typeof(headers) <> 'object'
+       OR current_setting('idempotency.max_key_length', true) IS NOT NULL THEN
         available := @extschema@.idem_sql_outbox_check_emit(topic, key, payload, type, headers, scope,
                                                             delay, now_ts);
     END IF;
 
     -- under tenant isolation, another tenant's scope is refused before any lock
-    IF pg_catalog.row_security_active('@extschema@.idem_outbox'::pg_catalog.regclass) THEN
-        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::pg_catalog.regclass, scope, 'emit');
+    IF row_security_active('@extschema@.idem_outbox'::regclass) THEN
+        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::regclass, scope, 'emit');
     END IF;
 
-    -- the key's lock under the scope's, as idem_sql_outbox_lock_scope(seed,
-    -- 1) takes them (see the internal block above), inline
-    seed := pg_catalog.hashtextextended(scope, 0);
-    hash := pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(topic, seed));
-    IF pg_catalog.current_setting('idem_sql.outbox_locked', true) IS NULL
-       OR pg_catalog.current_setting('idem_sql.outbox_locked', true) OPERATOR(pg_catalog.=) '' THEN
-        done := pg_catalog.set_config('idem_sql.outbox_locked', '0', true);
-    ELSIF COALESCE(pg_catalog.strpos(pg_catalog.current_setting('idem_sql.outbox_bulk', true),
-                                     pg_catalog.concat(',', (seed OPERATOR(pg_catalog.>>) 32)::integer, ','))
-                       OPERATOR(pg_catalog.>) 0, false)
-          AND pg_catalog.pg_try_advisory_xact_lock(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer) THEN
+    -- idem_sql_outbox_lock_scope(seed, 1), then the key's lock, inline
+    seed := hashtextextended(scope, 0);
+    hash := hashtextextended(key, hashtextextended(topic, seed));
+    IF COALESCE(current_setting('idem_sql.outbox_locked', true), '') = '' THEN
+        done := set_config('idem_sql.outbox_locked', '0', true);
+    ELSIF COALESCE(strpos(current_setting('idem_sql.outbox_bulk', true), concat(',', (seed >> 32)::integer, ',')) > 0, false)
+          AND pg_try_advisory_xact_lock(7458, (seed >> 32)::integer) THEN
         -- the scope's lock in ExclusiveLock: no key lock
+        done := set_config('idem_sql.outbox_key', concat('B', seed), true);
         hash := NULL;
     END IF;
     IF hash IS NOT NULL THEN
-        -- in this order: the scope's, the key's, then the trigger's note
-        done := pg_catalog.concat(pg_catalog.pg_advisory_xact_lock_shared(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer),
-                                  pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer),
-                                  pg_catalog.set_config('idem_sql.outbox_key', hash::text, true));
+        -- in this order: the scope's lock, the key's, the trigger's note
+        done := concat(pg_advisory_xact_lock_shared(7458, (seed >> 32)::integer),
+                       pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                       set_config('idem_sql.outbox_key', hash::text, true));
     END IF;
 
-    -- the id (new_uuid_v7): never below the backend's last
-    v := pg_catalog.round(pg_catalog.date_part('epoch', now_ts) OPERATOR(pg_catalog.*) 1000000::float8)::bigint;
-    v := GREATEST(
-        ((v OPERATOR(pg_catalog./) 1000) OPERATOR(pg_catalog.<<) 12)
-        OPERATOR(pg_catalog.+) (((v OPERATOR(pg_catalog.%) 1000) OPERATOR(pg_catalog.*) 4096) OPERATOR(pg_catalog./) 1000),
-        CASE WHEN pg_catalog.current_setting('idem_sql.outbox_uuid', true) OPERATOR(pg_catalog.<>) ''
-             THEN pg_catalog.current_setting('idem_sql.outbox_uuid', true)::bigint OPERATOR(pg_catalog.+) 1 END);
-    message_id := (pg_catalog.lpad(pg_catalog.to_hex(((v OPERATOR(pg_catalog.>>) 12) OPERATOR(pg_catalog.<<) 16)
-                                                     OPERATOR(pg_catalog.|) 28672
-                                                     OPERATOR(pg_catalog.|) (v OPERATOR(pg_catalog.&) 4095)), 16, '0')
-                   OPERATOR(pg_catalog.||) pg_catalog.right(pg_catalog.gen_random_uuid()::text, 17)
-                   OPERATOR(pg_catalog.||) pg_catalog.left(pg_catalog.set_config('idem_sql.outbox_uuid', v::text, false), 0))::uuid;
+    -- the id (new_uuid_v7), never below the backend's last
+    v := round(date_part('epoch', now_ts) * 1000000::float8)::bigint;
+    v := GREATEST(((v / 1000) << 12) + ((v % 1000) * 4096) / 1000,
+                  CASE WHEN current_setting('idem_sql.outbox_uuid', true) <> ''
+                       THEN current_setting('idem_sql.outbox_uuid', true)::bigint + 1 END);
+    message_id := (lpad(to_hex(((v >> 12) << 16) | 28672 | (v & 4095)), 16, '0')
+                   || right(gen_random_uuid()::text, 17)
+                   || left(set_config('idem_sql.outbox_uuid', v::text, false), 0))::uuid;
 
-    -- seq: its default, drawn now, after the lock; the trigger notifies
+    -- seq: its default, drawn now, after the lock
     INSERT INTO @extschema@.idem_outbox (id, created_at, available_at, updated_at, scope,
                                          aggregatetype, aggregateid, type, headers, payload)
-    VALUES (message_id, now_ts, available, now_ts, scope, topic, key, type, headers, payload);
+    VALUES (message_id, now_ts, COALESCE(available, now_ts), now_ts, scope, topic, key, type, headers, payload);
     RETURN message_id;
 END
 $body$;
 
 --@ idem_outbox_emit_batch(text, text[], jsonb[], text[], jsonb[], text, interval)
--- Everything is checked before the first INSERT; the keys' locks in the
--- order of their hashes (two batches never deadlock); the rows in array
--- order; one notification.
+-- Everything is checked before the first INSERT (the first bad element
+-- found by one query, then its error); the keys' locks in the order of
+-- their hashes, so that two batches never deadlock; one INSERT of the rows
+-- in array order; the order trigger notifies the relays.
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    now_ts constant timestamptz := pg_catalog.clock_timestamp();
-    max_len integer;
+    now_ts constant timestamptz := clock_timestamp();
+    max_len integer := 255;
     n integer;
-    available timestamptz;
-    bad integer;
+    available timestamptz := now_ts;
+    bad bigint;
     seed bigint;
     hashes integer[];
     first_id bigint;
     ids uuid[];
+    done text;
 BEGIN
     IF topic IS NULL THEN
         RAISE EXCEPTION 'topic must not be null' USING ERRCODE = '22004';
     END IF;
-    max_len := @extschema@.idem_sql_outbox_max_key_length();
-    IF pg_catalog.octet_length(topic) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.>) max_len THEN
+    IF current_setting('idempotency.max_key_length', true) IS NOT NULL THEN
+        max_len := @extschema@.idem_sql_max_key_length();
+    END IF;
+    IF octet_length(topic) NOT BETWEEN 1 AND max_len THEN
         PERFORM @extschema@.idem_sql_outbox_check_name(topic, 'topic');
     END IF;
     IF keys IS NULL THEN
@@ -383,130 +371,130 @@ BEGIN
     IF payloads IS NULL THEN
         RAISE EXCEPTION 'payloads must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.array_ndims(keys) OPERATOR(pg_catalog.>) 1 THEN
+    IF array_ndims(keys) > 1 THEN
         RAISE EXCEPTION 'keys must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.array_ndims(payloads) OPERATOR(pg_catalog.>) 1 THEN
+    IF array_ndims(payloads) > 1 THEN
         RAISE EXCEPTION 'payloads must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.array_ndims(types) OPERATOR(pg_catalog.>) 1 THEN
+    IF array_ndims(types) > 1 THEN
         RAISE EXCEPTION 'types must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.array_ndims(headers) OPERATOR(pg_catalog.>) 1 THEN
+    IF array_ndims(headers) > 1 THEN
         RAISE EXCEPTION 'headers must be a one-dimensional array' USING ERRCODE = '22023';
     END IF;
-    n := pg_catalog.cardinality(keys);
-    IF n OPERATOR(pg_catalog.>) 100000 THEN
+    n := cardinality(keys);
+    IF n > 100000 THEN
         RAISE EXCEPTION 'a batch of % messages is more than the % allowed', n, 100000
             USING ERRCODE = '54000', HINT = 'Emit them in several calls in the same transaction.';
     END IF;
-    IF pg_catalog.cardinality(payloads) OPERATOR(pg_catalog.<>) n THEN
+    IF cardinality(payloads) <> n THEN
         RAISE EXCEPTION 'payloads must have as many elements as keys'
             USING ERRCODE = '2202E',
-                  DETAIL = pg_catalog.format('keys has %s elements and payloads %s.', n, pg_catalog.cardinality(payloads));
+                  DETAIL = format('keys has %s elements and payloads %s.', n, cardinality(payloads));
     END IF;
-    IF pg_catalog.cardinality(types) OPERATOR(pg_catalog.<>) n THEN
+    IF cardinality(types) <> n THEN
         RAISE EXCEPTION 'types must have as many elements as keys'
             USING ERRCODE = '2202E',
-                  DETAIL = pg_catalog.format('keys has %s elements and types %s.', n, pg_catalog.cardinality(types));
+                  DETAIL = format('keys has %s elements and types %s.', n, cardinality(types));
     END IF;
-    IF pg_catalog.cardinality(headers) OPERATOR(pg_catalog.<>) n THEN
+    IF cardinality(headers) <> n THEN
         RAISE EXCEPTION 'headers must have as many elements as keys'
             USING ERRCODE = '2202E',
-                  DETAIL = pg_catalog.format('keys has %s elements and headers %s.', n, pg_catalog.cardinality(headers));
+                  DETAIL = format('keys has %s elements and headers %s.', n, cardinality(headers));
     END IF;
-    IF scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) max_len THEN
+    IF scope IS NULL OR octet_length(scope) > max_len THEN
         PERFORM @extschema@.idem_sql_arg_scope(scope);
     END IF;
-    IF delay IS NULL THEN
-        available := now_ts;
-    ELSE
+    IF delay IS NOT NULL THEN
         available := @extschema@.idem_sql_outbox_available(now_ts, delay);
     END IF;
 
-    -- the first bad element, then its error, in the C edition's order
+    -- the first element that may be bad, then the errors from there on
     SELECT u.i INTO bad
-    FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(payloads), pg_catalog.unnest(types), pg_catalog.unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
-    WHERE u.k IS NULL OR pg_catalog.octet_length(u.k) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(u.k) OPERATOR(pg_catalog.>) max_len
-       OR pg_catalog.octet_length(topic) OPERATOR(pg_catalog.+) pg_catalog.octet_length(u.k)
-          OPERATOR(pg_catalog.+) pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 208
-       OR u.p IS NULL
-       OR pg_catalog.octet_length(u.t) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(u.t) OPERATOR(pg_catalog.>) max_len
-       OR pg_catalog.jsonb_typeof(u.h) OPERATOR(pg_catalog.<>) 'object'
+    FROM ROWS FROM (unnest(keys), unnest(payloads), unnest(types), unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
+    WHERE u.k IS NULL OR octet_length(u.k) NOT BETWEEN 1 AND max_len
+       OR octet_length(topic) + octet_length(u.k) + octet_length(scope) > 208
+       OR u.p IS NULL OR octet_length(u.t) NOT BETWEEN 1 AND max_len
+       OR jsonb_typeof(u.h) <> 'object'
     ORDER BY u.i
     LIMIT 1;
     IF FOUND THEN
         PERFORM @extschema@.idem_sql_outbox_check_element(topic, u.k, u.p, u.t, u.h, scope)
-        FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(payloads), pg_catalog.unnest(types), pg_catalog.unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
-        WHERE u.i OPERATOR(pg_catalog.>=) bad
+        FROM ROWS FROM (unnest(keys), unnest(payloads), unnest(types), unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
+        WHERE u.i >= bad
         ORDER BY u.i;
     END IF;
 
-    IF pg_catalog.row_security_active('@extschema@.idem_outbox'::pg_catalog.regclass) THEN
-        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::pg_catalog.regclass, scope, 'emit');
+    IF row_security_active('@extschema@.idem_outbox'::regclass) THEN
+        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::regclass, scope, 'emit');
     END IF;
-    IF n OPERATOR(pg_catalog.=) 0 THEN
+    IF n = 0 THEN
         RETURN '{}'::uuid[];
     END IF;
 
     -- the keys' locks, in the order of their hashes, each once
-    seed := pg_catalog.hashtextextended(scope, 0);
-    hashes := ARRAY(SELECT DISTINCT (pg_catalog.hashtextextended(k, pg_catalog.hashtextextended(topic, seed))
-                                     OPERATOR(pg_catalog.>>) 32)::integer AS h
-                    FROM pg_catalog.unnest(keys) k ORDER BY 1);
-    IF NOT @extschema@.idem_sql_outbox_lock_scope(seed, pg_catalog.cardinality(hashes)) THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(7457, h) FROM pg_catalog.unnest(hashes) h;
+    seed := hashtextextended(scope, 0);
+    hashes := ARRAY(SELECT DISTINCT (hashtextextended(k, hashtextextended(topic, seed)) >> 32)::integer
+                    FROM unnest(keys) k ORDER BY 1);
+    IF @extschema@.idem_sql_outbox_lock_scope(seed, cardinality(hashes)) THEN
+        -- the trigger finds the scope held in ExclusiveLock
+        done := set_config('idem_sql.outbox_key', concat('B', seed), true);
+    ELSE
+        PERFORM pg_advisory_xact_lock(7457, h) FROM unnest(hashes) h;
+        -- the trigger finds the rows' keys locked
+        done := set_config('idem_sql.outbox_key', concat('b', seed), true);
     END IF;
     hashes := NULL;
 
     first_id := @extschema@.idem_sql_outbox_uuid_first(now_ts, n);
-    ids := ARRAY(SELECT @extschema@.idem_sql_outbox_uuid(first_id OPERATOR(pg_catalog.+) g)
-                 FROM pg_catalog.generate_series(0, n OPERATOR(pg_catalog.-) 1) g);
-    -- the trigger finds the rows' keys locked (see the internal block)
-    PERFORM pg_catalog.set_config('idem_sql.outbox_key', pg_catalog.concat('b', seed), true);
+    ids := ARRAY(SELECT @extschema@.idem_sql_outbox_uuid(first_id + g) FROM generate_series(0, n - 1) g);
     INSERT INTO @extschema@.idem_outbox (id, created_at, available_at, updated_at, scope,
                                          aggregatetype, aggregateid, type, headers, payload)
     SELECT ids[u.i], now_ts, available, now_ts, scope, topic, u.k, u.t, u.h, u.p
-    FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(payloads), pg_catalog.unnest(types), pg_catalog.unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
+    FROM ROWS FROM (unnest(keys), unnest(payloads), unnest(types), unnest(headers)) WITH ORDINALITY u(k, p, t, h, i)
     ORDER BY u.i;
-    -- (the trigger notified the relays)
-    PERFORM pg_catalog.set_config('idem_sql.outbox_key', '', true);
+    -- 'b' says nothing once the rows are in
+    IF current_setting('idem_sql.outbox_key', true) = concat('b', seed) THEN
+        done := set_config('idem_sql.outbox_key', '', true);
+    END IF;
     RETURN ids;
 END
 $body$;
 
 --@ idem_outbox_lock_key(text, text, text)
--- The emits' lock on a key, for idem_outbox_retry; the tenant first.
+-- The emits' lock on a key, for idem_outbox_retry; the tenant first, as an
+-- emit's.
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    seed bigint;
-    hash bigint;
+    seed constant bigint := hashtextextended(scope, 0);
+    hash constant bigint := hashtextextended(key, hashtextextended(topic, seed));
+    done text;
 BEGIN
-    IF pg_catalog.row_security_active('@extschema@.idem_outbox'::pg_catalog.regclass) THEN
-        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::pg_catalog.regclass, scope, 'emit');
+    IF row_security_active('@extschema@.idem_outbox'::regclass) THEN
+        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::regclass, scope, 'emit');
     END IF;
-    seed := pg_catalog.hashtextextended(scope, 0);
-    hash := pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(topic, seed));
-    IF NOT @extschema@.idem_sql_outbox_lock_scope(seed, 1) THEN
-        PERFORM pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer);
-        PERFORM pg_catalog.set_config('idem_sql.outbox_key', hash::text, true);
+    IF @extschema@.idem_sql_outbox_lock_scope(seed, 1) THEN
+        done := set_config('idem_sql.outbox_key', concat('B', seed), true);
+    ELSE
+        done := concat(pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                       set_config('idem_sql.outbox_key', hash::text, true));
     END IF;
 END
 $body$;
 
 --@ idem_outbox_counted(text, bigint)
--- The relay functions' counts.  An unrecognized name is an error, so that a
--- misspelt call shows in the tests.
+-- The relay functions' counts.  The SQL edition keeps no counters (see
+-- idem_stats), but an unrecognized name or a negative n is still the C
+-- edition's error, so that a misspelt call shows in the tests.
 LANGUAGE plpgsql
 AS $body$
 BEGIN
-    IF counter OPERATOR(pg_catalog.<>) ALL ('{published,retried,dead,taken_over}'::text[]) THEN
+    IF counter <> ALL ('{published,retried,dead,taken_over}'::text[]) THEN
         RAISE EXCEPTION 'unrecognized outbox counter "%"', counter USING ERRCODE = '22023';
     END IF;
-    IF n OPERATOR(pg_catalog.<) 0 THEN
+    IF n < 0 THEN
         RAISE EXCEPTION 'n must not be negative' USING ERRCODE = '22023';
     END IF;
 END
@@ -514,20 +502,20 @@ $body$;
 
 --@ idem_outbox_next_seq()
 -- nextval of idem_outbox_seq, remembered for the order trigger (C:
--- default_seq), under the caller's privileges on the sequence
+-- default_seq), under the caller's privileges on the sequence.  A
+-- SQL-standard body (bound at creation, so no SET): the planner inlines it
+-- into the INSERT as the column's default.
 LANGUAGE sql
-AS $body$
-SELECT pg_catalog.set_config('idem_sql.outbox_seq',
+RETURN pg_catalog.set_config('idem_sql.outbox_seq',
                              pg_catalog.nextval('@extschema@.idem_outbox_seq'::pg_catalog.regclass)::text,
-                             true)::bigint
-$body$;
+                             true)::bigint;
 
 --@ idem_outbox_order()
 -- BEFORE INSERT ON idem_outbox FOR EACH ROW (src/outbox.c, "The order
 -- trigger"): a row whose seq its default drew takes its key's lock, as an
--- emit does, and then draws seq again, unless the transaction holds it (an
--- emit's row: three simple expressions).  It notifies the relays for every
--- such row, the emits' too (they leave it to the trigger).
+-- emit does, and then draws seq again, unless the transaction holds the
+-- lock already (an emit's row: six simple expressions).  It notifies the
+-- relays for every such row, the emits' included.
 LANGUAGE plpgsql
 AS $body$
 DECLARE
@@ -536,62 +524,64 @@ DECLARE
     keys_locked integer;
     done text;
 BEGIN
-    -- a seq of the row's own is kept (a NULL one is drawn as a default); the
-    -- last drawn is not forgotten (C: default_lxid): a row that brings that
-    -- very value is taken for a drawn one, which costs a lock and a new seq
-    IF TG_WHEN OPERATOR(pg_catalog.<>) 'BEFORE' OR TG_LEVEL OPERATOR(pg_catalog.<>) 'ROW'
-       OR TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT' THEN
         RAISE EXCEPTION 'function idem_outbox_order must be fired BEFORE INSERT FOR EACH ROW'
             USING ERRCODE = '39P01';
     END IF;
-    IF NEW.seq IS NOT NULL AND NEW.seq::text IS DISTINCT FROM pg_catalog.current_setting('idem_sql.outbox_seq', true) THEN
+    -- a seq of the row's own is kept (a NULL one is drawn as a default).
+    -- The last one drawn is not forgotten here (C forgets it once used): a
+    -- row that brings that very value is taken for a drawn one, which costs
+    -- a lock and a new seq
+    IF NEW.seq IS NOT NULL AND NEW.seq::text IS DISTINCT FROM current_setting('idem_sql.outbox_seq', true) THEN
         RETURN NEW;
     END IF;
-    IF pg_catalog.current_setting('idempotency.outbox_notify', true) IS NULL
-       OR pg_catalog.current_setting('idempotency.outbox_notify', true) OPERATOR(pg_catalog.=) ''
-       OR @extschema@.idem_sql_outbox_notify_on(pg_catalog.current_setting('idempotency.outbox_notify', true)) THEN
-        done := pg_catalog.pg_notify('idem_outbox', '')::text;
-    END IF;
-    -- NOT NULL columns: a NULL goes on to the executor's own error
-    IF NEW.scope IS NULL OR NEW.aggregatetype IS NULL OR NEW.aggregateid IS NULL THEN
-        RETURN NEW;
-    END IF;
+    done := CASE WHEN COALESCE(current_setting('idempotency.outbox_notify', true), '') = ''
+                      OR @extschema@.idem_sql_outbox_notify_on(current_setting('idempotency.outbox_notify', true))
+                 THEN pg_notify('idem_outbox', '')::text END;
 
-    seed := pg_catalog.hashtextextended(NEW.scope, 0);
-    hash := pg_catalog.hashtextextended(NEW.aggregateid, pg_catalog.hashtextextended(NEW.aggregatetype, seed));
-    -- does this transaction hold the key's lock (or the scope's in
-    -- ExclusiveLock)?  Not on trust: the conditional request is granted at
-    -- once when it does
-    -- (COALESCE: NULL AND x evaluates x, which would take the lock)
-    IF (COALESCE(pg_catalog.strpos(pg_catalog.current_setting('idem_sql.outbox_bulk', true),
-                                   pg_catalog.concat(',', (seed OPERATOR(pg_catalog.>>) 32)::integer, ','))
-                     OPERATOR(pg_catalog.>) 0, false)
-        AND pg_catalog.pg_try_advisory_xact_lock(7458, (seed OPERATOR(pg_catalog.>>) 32)::integer))
-       OR (COALESCE(pg_catalog.current_setting('idem_sql.outbox_key', true) OPERATOR(pg_catalog.=) ANY
-                        (ARRAY[hash::text, pg_catalog.concat('b', seed)]), false)
-           AND pg_catalog.pg_try_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer)) THEN
-        -- seq was drawn under it (an emit's row)
+    -- an emit's row: its key locked before the INSERT (NULL columns: no match)
+    hash := hashtextextended(NEW.aggregateid, hashtextextended(NEW.aggregatetype, hashtextextended(NEW.scope, 0)));
+    IF (CASE current_setting('idem_sql.outbox_key', true)
+            WHEN hash::text THEN pg_try_advisory_xact_lock(7457, (hash >> 32)::integer)
+            ELSE false END) THEN
         IF NEW.seq IS NOT NULL THEN
             RETURN NEW;
         END IF;
     ELSE
-        -- another tenant's row: the policy refuses it, before any lock
-        IF pg_catalog.row_security_active(TG_RELID)
-           AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) OPERATOR(pg_catalog.=) 'outside' THEN
+        -- NOT NULL columns: a NULL goes on to the executor's own error
+        IF hash IS NULL THEN
             RETURN NEW;
         END IF;
-        keys_locked := CASE WHEN pg_catalog.current_setting('idem_sql.outbox_locked', true) OPERATOR(pg_catalog.<>) ''
-                            THEN pg_catalog.current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
-        -- past 256 key locks, the scope's lock if it is free at once
-        IF NOT @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked OPERATOR(pg_catalog.<) 256 THEN 1
-                                                                 ELSE keys_locked OPERATOR(pg_catalog.+) 1 END) THEN
-            done := pg_catalog.concat(pg_catalog.pg_advisory_xact_lock(7457, (hash OPERATOR(pg_catalog.>>) 32)::integer),
-                                      pg_catalog.set_config('idem_sql.outbox_locked', (keys_locked OPERATOR(pg_catalog.+) 1)::text, true),
-                                      pg_catalog.set_config('idem_sql.outbox_key', hash::text, true));
+        seed := hashtextextended(NEW.scope, 0);
+        IF (CASE current_setting('idem_sql.outbox_key', true)
+                WHEN concat('b', seed) THEN pg_try_advisory_xact_lock(7457, (hash >> 32)::integer)
+                WHEN concat('B', seed) THEN pg_try_advisory_xact_lock(7458, (seed >> 32)::integer)
+                ELSE false END) THEN
+            -- a batch emit's row
+            IF NEW.seq IS NOT NULL THEN
+                RETURN NEW;
+            END IF;
+        ELSE
+            -- another tenant's row: the policy refuses it, before any lock
+            IF row_security_active(TG_RELID)
+               AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) = 'outside' THEN
+                RETURN NEW;
+            END IF;
+            keys_locked := CASE WHEN current_setting('idem_sql.outbox_locked', true) <> ''
+                                THEN current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
+            -- past 256 key locks, the scope's lock if it is free at once
+            IF @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked < 256 THEN 1
+                                                                 ELSE keys_locked + 1 END) THEN
+                done := set_config('idem_sql.outbox_key', concat('B', seed), true);
+            ELSE
+                done := concat(pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                               set_config('idem_sql.outbox_locked', (keys_locked + 1)::text, true),
+                               set_config('idem_sql.outbox_key', hash::text, true));
+            END IF;
         END IF;
     END IF;
     -- after the lock
-    NEW.seq := pg_catalog.nextval('@extschema@.idem_outbox_seq'::pg_catalog.regclass);
+    NEW.seq := nextval('@extschema@.idem_outbox_seq'::regclass);
     RETURN NEW;
 END
 $body$;
