@@ -280,49 +280,52 @@ AS $body$
 DECLARE
     now_ts constant timestamptz := clock_timestamp();
     available timestamptz;
-    seed bigint;
     hash bigint;
     v bigint;
     message_id uuid;
     done text;
 BEGIN
     -- (topic + key + scope <= 208 bytes: each fits idempotency.max_key_length
-    -- unset (255), and all three the index at any block size)
-    IF topic IS NULL OR key IS NULL OR payload IS NULL OR scope IS NULL OR delay IS NOT NULL
-       OR octet_length(topic) = 0 OR octet_length(key) = 0
-       OR octet_length(topic) + octet_length(key) + octet_length(scope) > 208
-       OR octet_length(type) NOT BETWEEN 1 AND 255 OR jsonb_typeof(headers) <> 'object'
-       OR current_setting('idempotency.max_key_length', true) IS NOT NULL THEN
+    -- unset (255), and all three the index at any block size; a NULL fails)
+    IF NOT COALESCE(octet_length(topic) > 0 AND octet_length(key) > 0 AND payload IS NOT NULL
+                    AND octet_length(topic) + octet_length(key) + octet_length(scope) <= 208
+                    AND (type IS NULL OR octet_length(type) BETWEEN 1 AND 255)
+                    AND (headers IS NULL OR jsonb_typeof(headers) = 'object')
+                    AND delay IS NULL AND current_setting('idempotency.max_key_length', true) IS NULL, false)
+       OR row_security_active('@extschema@.idem_outbox'::regclass) THEN
         available := @extschema@.idem_sql_outbox_check_emit(topic, key, payload, type, headers, scope,
                                                             delay, now_ts);
+        -- under tenant isolation, another tenant's scope is refused before any lock
+        IF row_security_active('@extschema@.idem_outbox'::regclass) THEN
+            PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::regclass, scope, 'emit');
+        END IF;
     END IF;
 
-    -- under tenant isolation, another tenant's scope is refused before any lock
-    IF row_security_active('@extschema@.idem_outbox'::regclass) THEN
-        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idem_outbox'::regclass, scope, 'emit');
-    END IF;
-
-    -- idem_sql_outbox_lock_scope(seed, 1), then the key's lock, inline
-    seed := hashtextextended(scope, 0);
-    hash := hashtextextended(key, hashtextextended(topic, seed));
+    -- idem_sql_outbox_lock_scope(seed, 1), then the key's lock, inline: the
+    -- scope's lock, the key's, the trigger's note, in this order
+    hash := hashtextextended(key, hashtextextended(topic, hashtextextended(scope, 0)));
     IF COALESCE(current_setting('idem_sql.outbox_locked', true), '') = '' THEN
-        done := set_config('idem_sql.outbox_locked', '0', true);
-    ELSIF COALESCE(strpos(current_setting('idem_sql.outbox_bulk', true), concat(',', (seed >> 32)::integer, ',')) > 0, false)
-          AND pg_try_advisory_xact_lock(7458, (seed >> 32)::integer) THEN
+        -- the transaction's first outbox lock: no scope of it is held in ExclusiveLock
+        done := concat(set_config('idem_sql.outbox_locked', '0', true),
+                       pg_advisory_xact_lock_shared(7458, (hashtextextended(scope, 0) >> 32)::integer),
+                       pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                       set_config('idem_sql.outbox_key', hash::text, true));
+    -- (COALESCE: in NULL AND x, x is evaluated, and would take the lock)
+    ELSIF COALESCE(strpos(current_setting('idem_sql.outbox_bulk', true),
+                          concat(',', (hashtextextended(scope, 0) >> 32)::integer, ',')) > 0, false)
+          AND pg_try_advisory_xact_lock(7458, (hashtextextended(scope, 0) >> 32)::integer) THEN
         -- the scope's lock in ExclusiveLock: no key lock
-        done := set_config('idem_sql.outbox_key', concat('B', seed), true);
-        hash := NULL;
-    END IF;
-    IF hash IS NOT NULL THEN
-        -- in this order: the scope's lock, the key's, the trigger's note
-        done := concat(pg_advisory_xact_lock_shared(7458, (seed >> 32)::integer),
+        done := set_config('idem_sql.outbox_key', concat('B', hashtextextended(scope, 0)), true);
+    ELSE
+        done := concat(pg_advisory_xact_lock_shared(7458, (hashtextextended(scope, 0) >> 32)::integer),
                        pg_advisory_xact_lock(7457, (hash >> 32)::integer),
                        set_config('idem_sql.outbox_key', hash::text, true));
     END IF;
 
-    -- the id (new_uuid_v7), never below the backend's last
-    v := round(date_part('epoch', now_ts) * 1000000::float8)::bigint;
-    v := GREATEST(((v / 1000) << 12) + ((v % 1000) * 4096) / 1000,
+    -- the id (new_uuid_v7), never below the backend's last (the ms from the
+    -- epoch in float8: off by one at worst, as a clock may be)
+    v := GREATEST((floor(date_part('epoch', now_ts) * 1000::float8)::bigint << 12)
+                  + ((date_part('microseconds', now_ts)::bigint % 1000) * 4096) / 1000,
                   CASE WHEN current_setting('idem_sql.outbox_uuid', true) <> ''
                        THEN current_setting('idem_sql.outbox_uuid', true)::bigint + 1 END);
     message_id := (lpad(to_hex(((v >> 12) << 16) | 28672 | (v & 4095)), 16, '0')
@@ -524,60 +527,63 @@ DECLARE
     keys_locked integer;
     done text;
 BEGIN
-    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT' THEN
-        RAISE EXCEPTION 'function idem_outbox_order must be fired BEFORE INSERT FOR EACH ROW'
-            USING ERRCODE = '39P01';
-    END IF;
     -- a seq of the row's own is kept (a NULL one is drawn as a default).
     -- The last one drawn is not forgotten here (C forgets it once used): a
     -- row that brings that very value is taken for a drawn one, which costs
     -- a lock and a new seq
-    IF NEW.seq IS NOT NULL AND NEW.seq::text IS DISTINCT FROM current_setting('idem_sql.outbox_seq', true) THEN
+    IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT'
+       OR (NEW.seq IS NOT NULL AND NEW.seq::text IS DISTINCT FROM current_setting('idem_sql.outbox_seq', true)) THEN
+        IF TG_WHEN <> 'BEFORE' OR TG_LEVEL <> 'ROW' OR TG_OP <> 'INSERT' THEN
+            RAISE EXCEPTION 'function idem_outbox_order must be fired BEFORE INSERT FOR EACH ROW'
+                USING ERRCODE = '39P01';
+        END IF;
         RETURN NEW;
     END IF;
     done := CASE WHEN COALESCE(current_setting('idempotency.outbox_notify', true), '') = ''
                       OR @extschema@.idem_sql_outbox_notify_on(current_setting('idempotency.outbox_notify', true))
                  THEN pg_notify('idem_outbox', '')::text END;
 
-    -- an emit's row: its key locked before the INSERT (NULL columns: no match)
-    hash := hashtextextended(NEW.aggregateid, hashtextextended(NEW.aggregatetype, hashtextextended(NEW.scope, 0)));
+    -- an emit's row: its key locked before the INSERT, and seq drawn after
+    IF NEW.seq IS NOT NULL
+       AND (CASE current_setting('idem_sql.outbox_key', true)
+                WHEN hashtextextended(NEW.aggregateid, hashtextextended(NEW.aggregatetype,
+                                                                        hashtextextended(NEW.scope, 0)))::text
+                THEN pg_try_advisory_xact_lock(7457, (hashtextextended(NEW.aggregateid, hashtextextended(NEW.aggregatetype,
+                                                          hashtextextended(NEW.scope, 0))) >> 32)::integer)
+                ELSE false END) THEN
+        RETURN NEW;
+    END IF;
+    -- NOT NULL columns: a NULL goes on to the executor's own error
+    IF NEW.scope IS NULL OR NEW.aggregatetype IS NULL OR NEW.aggregateid IS NULL THEN
+        RETURN NEW;
+    END IF;
+    seed := hashtextextended(NEW.scope, 0);
+    hash := hashtextextended(NEW.aggregateid, hashtextextended(NEW.aggregatetype, seed));
     IF (CASE current_setting('idem_sql.outbox_key', true)
             WHEN hash::text THEN pg_try_advisory_xact_lock(7457, (hash >> 32)::integer)
+            WHEN concat('b', seed) THEN pg_try_advisory_xact_lock(7457, (hash >> 32)::integer)
+            WHEN concat('B', seed) THEN pg_try_advisory_xact_lock(7458, (seed >> 32)::integer)
             ELSE false END) THEN
+        -- the key's lock is held (a batch emit's row, or a seq given as NULL)
         IF NEW.seq IS NOT NULL THEN
             RETURN NEW;
         END IF;
     ELSE
-        -- NOT NULL columns: a NULL goes on to the executor's own error
-        IF hash IS NULL THEN
+        -- another tenant's row: the policy refuses it, before any lock
+        IF row_security_active(TG_RELID)
+           AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) = 'outside' THEN
             RETURN NEW;
         END IF;
-        seed := hashtextextended(NEW.scope, 0);
-        IF (CASE current_setting('idem_sql.outbox_key', true)
-                WHEN concat('b', seed) THEN pg_try_advisory_xact_lock(7457, (hash >> 32)::integer)
-                WHEN concat('B', seed) THEN pg_try_advisory_xact_lock(7458, (seed >> 32)::integer)
-                ELSE false END) THEN
-            -- a batch emit's row
-            IF NEW.seq IS NOT NULL THEN
-                RETURN NEW;
-            END IF;
+        keys_locked := CASE WHEN current_setting('idem_sql.outbox_locked', true) <> ''
+                            THEN current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
+        -- past 256 key locks, the scope's lock if it is free at once
+        IF @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked < 256 THEN 1
+                                                             ELSE keys_locked + 1 END) THEN
+            done := set_config('idem_sql.outbox_key', concat('B', seed), true);
         ELSE
-            -- another tenant's row: the policy refuses it, before any lock
-            IF row_security_active(TG_RELID)
-               AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) = 'outside' THEN
-                RETURN NEW;
-            END IF;
-            keys_locked := CASE WHEN current_setting('idem_sql.outbox_locked', true) <> ''
-                                THEN current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
-            -- past 256 key locks, the scope's lock if it is free at once
-            IF @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked < 256 THEN 1
-                                                                 ELSE keys_locked + 1 END) THEN
-                done := set_config('idem_sql.outbox_key', concat('B', seed), true);
-            ELSE
-                done := concat(pg_advisory_xact_lock(7457, (hash >> 32)::integer),
-                               set_config('idem_sql.outbox_locked', (keys_locked + 1)::text, true),
-                               set_config('idem_sql.outbox_key', hash::text, true));
-            END IF;
+            done := concat(pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                           set_config('idem_sql.outbox_locked', (keys_locked + 1)::text, true),
+                           set_config('idem_sql.outbox_key', hash::text, true));
         END IF;
     END IF;
     -- after the lock
