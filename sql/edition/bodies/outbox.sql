@@ -574,8 +574,17 @@ BEGIN
            AND @extschema@.idem_sql_tenant_check(TG_RELID, NEW.scope) = 'outside' THEN
             RETURN NEW;
         END IF;
-        keys_locked := CASE WHEN current_setting('idem_sql.outbox_locked', true) <> ''
-                            THEN current_setting('idem_sql.outbox_locked', true)::integer ELSE 0 END;
+        IF COALESCE(current_setting('idem_sql.outbox_locked', true), '') = '' THEN
+            -- the transaction's first outbox lock (idem_sql_outbox_lock_scope
+            -- inline): the scope's lock, the key's, the notes
+            done := concat(pg_advisory_xact_lock_shared(7458, (seed >> 32)::integer),
+                           pg_advisory_xact_lock(7457, (hash >> 32)::integer),
+                           set_config('idem_sql.outbox_locked', '1', true),
+                           set_config('idem_sql.outbox_key', hash::text, true));
+            NEW.seq := nextval('@extschema@.idem_outbox_seq'::regclass);
+            RETURN NEW;
+        END IF;
+        keys_locked := current_setting('idem_sql.outbox_locked', true)::integer;
         -- past 256 key locks, the scope's lock if it is free at once
         IF @extschema@.idem_sql_outbox_lock_scope(seed, CASE WHEN keys_locked < 256 THEN 1
                                                              ELSE keys_locked + 1 END) THEN
