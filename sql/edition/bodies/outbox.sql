@@ -27,7 +27,12 @@
  * modes used); ExclusiveLock is ExclusiveLock.  What is locked, in which
  * order, when a transaction escalates to its scope's lock and when the
  * locks go (the end of the transaction, the rollback of the subtransaction
- * that took them) are the C edition's.
+ * that took them) are the C edition's.  One thing is not: any role may
+ * call pg_advisory_xact_lock(7457, n) itself, and so take another tenant's
+ * key or scope lock if it learns the key (pg_locks shows it while held) and
+ * make that tenant's emits wait; the C edition's classes cannot be taken
+ * from SQL.  The functions here refuse another tenant's scope before any
+ * lock, as C's do.
  *
  * What C keeps in static variables, or asks its own lock table, lives here
  * in placeholder settings (not under "idempotency.": the C library reserves
