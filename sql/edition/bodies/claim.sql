@@ -35,6 +35,9 @@ DECLARE
     saved_reuse text;
     retention_us numeric;
     locked boolean;
+    probe boolean;
+    advertised integer;
+    key_lock bigint;
 BEGIN
     -- the arguments, in validation.c's order: key, fingerprint, scope, lease,
     -- retention, wait (the full checks only where the quick ones fail)
@@ -108,19 +111,38 @@ BEGIN
                 tok := @extschema@.idem_sql_token_first();
             END IF;
 
+            -- wait => false: may this role learn of another transaction's
+            -- uncommitted row of the key?  Only where its INSERT would wait
+            -- for that row (record_store.c, idem_store_insert_in_progress)
+            probe := NOT wait
+                AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT')
+                AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
+                AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
+                     OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                          scope) OPERATOR(pg_catalog.=) 'inside');
+            -- A claim that inserts a key says so with a shared advisory lock
+            -- on the key's hash, held to the end of its transaction, so that
+            -- a claim with wait => false learns of it without waiting (C: a
+            -- dirty probe of the primary key): it tries the same lock
+            -- exclusively.  At most 16 keys a transaction, so that a bulk
+            -- claim does not fill the lock table; a key claimed beyond them,
+            -- or inserted otherwise, is found by the INSERT below, which
+            -- runs into lock_timeout = 1ms instead of waiting (55P03).
             busy := false;
-            IF wait THEN
-                INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
-                    lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
-                VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
-                        lease_at, t_now, t_now, expires, expires, 'processing', 1)
-                ON CONFLICT (scope, key) DO NOTHING;
-                GET DIAGNOSTICS inserted = ROW_COUNT;
-            ELSIF pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT')
-                  AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
-                  AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
-                       OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
-                                                            scope) OPERATOR(pg_catalog.=) 'inside') THEN
+            advertised := COALESCE(NULLIF(pg_catalog.current_setting('idempotency.sql_edition_claims', true), '')::integer, 0);
+            IF advertised OPERATOR(pg_catalog.<) 16 THEN
+                key_lock := pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459));
+                IF probe THEN
+                    busy := NOT pg_catalog.pg_try_advisory_xact_lock(key_lock);
+                ELSE
+                    PERFORM pg_catalog.pg_advisory_xact_lock_shared(key_lock);
+                END IF;
+                PERFORM pg_catalog.set_config('idempotency.sql_edition_claims',
+                                              (advertised OPERATOR(pg_catalog.+) 1)::text, true);
+            END IF;
+            IF busy THEN
+                NULL;
+            ELSIF probe THEN
                 -- the table's lock first, so that only a wait for a row of
                 -- the key can run into the lock timeout
                 LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
@@ -138,7 +160,8 @@ BEGIN
                     busy := true;
                 END;
             ELSE
-                -- the probe would tell more than the INSERT: it waits as with wait => true
+                -- wait => true, or a role the probe would tell more than its
+                -- INSERT: the INSERT waits for another transaction's row
                 INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
                     lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                 VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
@@ -261,11 +284,11 @@ BEGIN
             -- created_at + retention: the claim's own, else the record's
             -- (expires_at - completed_at after a failure, - created_at before)
             IF retention IS NOT NULL THEN
-                retention_us := (pg_catalog.extract(epoch FROM expires) OPERATOR(pg_catalog.-)
-                                 pg_catalog.extract(epoch FROM t_now)) OPERATOR(pg_catalog.*) 1000000;
+                retention_us := (pg_catalog.extract('epoch', expires) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', t_now)) OPERATOR(pg_catalog.*) 1000000;
             ELSE
-                retention_us := (pg_catalog.extract(epoch FROM rec.expires_at) OPERATOR(pg_catalog.-)
-                                 pg_catalog.extract(epoch FROM COALESCE(rec.completed_at, rec.created_at)))
+                retention_us := (pg_catalog.extract('epoch', rec.expires_at) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', COALESCE(rec.completed_at, rec.created_at)))
                                 OPERATOR(pg_catalog.*) 1000000;
             END IF;
             expires := rec.created_at OPERATOR(pg_catalog.+)
@@ -382,7 +405,7 @@ BEGIN
        AND deadline OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
        AND @extschema@.idem_sql_setting_int('idempotency.max_waiters', 4, 0, 2147483647, '') OPERATOR(pg_catalog.<>) 0 THEN
         LOOP
-            remaining_ms := pg_catalog.extract(epoch FROM deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+            remaining_ms := pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
                             OPERATOR(pg_catalog.*) 1000;
             EXIT WHEN remaining_ms OPERATOR(pg_catalog.<=) 0;
             PERFORM pg_catalog.pg_sleep(LEAST(sleep_ms::float8, remaining_ms) OPERATOR(pg_catalog./) 1000);
