@@ -669,6 +669,287 @@ BEGIN
 END
 $fn$;
 
+/*
+ * The reuse of a record by idem_claim (src/removal.c's
+ * idem_removal_reuse_begin/end): a DELETE and INSERT of the key in one
+ * statement is no removal, so the deletion trigger must spend no epoch on
+ * that one row.  The claim announces it in the transaction-local setting
+ * idempotency.sql_edition_reuse (scope, key and the token of the row it
+ * deletes); the trigger takes it, once (idem_sql_removal_reuse_take).  A
+ * (sub)transaction's abort takes the announcement back with it.
+ */
+
+-- mirrors idem_removal_reuse_begin (src/removal.c); returns what to restore
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_begin(scope text, key text, token bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    saved text := COALESCE(pg_catalog.current_setting('idempotency.sql_edition_reuse', true), '');
+BEGIN
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse',
+                                  pg_catalog.jsonb_build_array(scope, key, token)::text, true);
+    RETURN saved;
+END
+$fn$;
+
+-- mirrors idem_removal_reuse_end (src/removal.c)
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_end(saved text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse', saved, true);
+END
+$fn$;
+
+-- for the deletion trigger (src/removal.c, idem_records_removed): is the
+-- deletion of this row the reuse announced?  If so, the announcement is
+-- used up.
+CREATE FUNCTION @extschema@.idem_sql_removal_reuse_take(scope text, key text, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+DECLARE
+    announced text := pg_catalog.current_setting('idempotency.sql_edition_reuse', true);
+BEGIN
+    IF announced IS NULL OR announced OPERATOR(pg_catalog.=) ''
+       OR announced OPERATOR(pg_catalog.<>) pg_catalog.jsonb_build_array(scope, key, token)::text THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_reuse', '', true);
+    RETURN true;
+END
+$fn$;
+
+-- from sql/edition/bodies/zz_owner.sql
+-- idem_arg_headers (src/validation.c): NULL, or a JSON object of HTTP field
+-- names (tokens, RFC 9110 5.6.2; not one the server writes itself; no two
+-- that differ only in case) to a string or an array of strings of visible
+-- ASCII, spaces and tabs.  Checked in the jsonb's own order of keys, as the
+-- C edition iterates them, so the first fault found is the same.
+CREATE FUNCTION @extschema@.idem_sql_owner_headers(headers jsonb)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $f$
+DECLARE
+    item record;
+    v text;
+    bad text;
+    prev text;
+BEGIN
+    IF headers IS NULL THEN
+        RETURN;
+    END IF;
+    IF pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
+        RAISE EXCEPTION 'headers must be a JSON object'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('The value given is a JSON %s.',
+                      CASE pg_catalog.jsonb_typeof(headers) WHEN 'array' THEN 'array' ELSE 'scalar' END),
+                  HINT = 'Pass an object of header names and values, such as {"Location": "/orders/7"}.';
+    END IF;
+    FOR item IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(headers) e LOOP
+        IF item.key OPERATOR(pg_catalog.=) '' THEN
+            RAISE EXCEPTION 'header name must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF item.key COLLATE "C" OPERATOR(pg_catalog.~) '[^!#$%&''*+.^_`|~0-9A-Za-z-]' THEN
+            RAISE EXCEPTION 'invalid header name "%"', item.key
+                USING ERRCODE = '22023',
+                      DETAIL = 'A header name consists of letters, digits and the characters !#$%&''*+-.^_`|~.';
+        END IF;
+        IF pg_catalog.lower(item.key COLLATE "C") OPERATOR(pg_catalog.=) ANY
+           ('{connection,content-length,keep-alive,proxy-connection,te,trailer,transfer-encoding,upgrade}'::pg_catalog.text[]) THEN
+            RAISE EXCEPTION 'header "%" cannot be saved', item.key
+                USING ERRCODE = '22023',
+                      DETAIL = 'The server writes it for each answer it sends: Content-Length and Transfer-Encoding frame the body, the others belong to the connection.';
+        END IF;
+        IF pg_catalog.jsonb_typeof(item.value) OPERATOR(pg_catalog.=) 'string' THEN
+            v := item.value OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[];
+        ELSIF pg_catalog.jsonb_typeof(item.value) OPERATOR(pg_catalog.=) 'array' THEN
+            -- every element a string; their bytes are checked together below
+            -- (the first bad byte of the first bad element decides the error)
+            v := NULL;
+            FOR bad IN
+                SELECT CASE WHEN pg_catalog.jsonb_typeof(a.elem) OPERATOR(pg_catalog.=) 'string'
+                            THEN a.elem OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[] END
+                  FROM pg_catalog.jsonb_array_elements(item.value) a(elem)
+            LOOP
+                IF bad IS NULL THEN
+                    RAISE EXCEPTION 'value of header "%" must be a string or an array of strings', item.key
+                        USING ERRCODE = '22023',
+                              HINT = 'Save a header with several values as an array of strings, one per value.';
+                END IF;
+                PERFORM @extschema@.idem_sql_owner_header_value(item.key, bad);
+            END LOOP;
+        ELSE
+            RAISE EXCEPTION 'value of header "%" must be a string or an array of strings', item.key
+                USING ERRCODE = '22023',
+                      HINT = 'Save a header with several values as an array of strings, one per value.';
+        END IF;
+        IF v IS NOT NULL THEN
+            PERFORM @extschema@.idem_sql_owner_header_value(item.key, v);
+        END IF;
+    END LOOP;
+    -- names are case-insensitive: the first two equal ones in the C
+    -- edition's sorted order (pg_strcasecmp; equal names keep their order)
+    prev := NULL;
+    FOR item IN SELECT e.key, e.n FROM pg_catalog.jsonb_object_keys(headers) WITH ORDINALITY e(key, n)
+                 ORDER BY pg_catalog.lower(e.key COLLATE "C") COLLATE "C", e.n LOOP
+        IF prev IS NOT NULL AND pg_catalog.lower(prev COLLATE "C") OPERATOR(pg_catalog.=) pg_catalog.lower(item.key COLLATE "C") THEN
+            RAISE EXCEPTION 'header "%" is given twice', item.key
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('Header names are case-insensitive: "%s" and "%s" name the same header.', prev, item.key),
+                      HINT = 'Save a header with several values as one array of strings.';
+        END IF;
+        prev := item.key;
+    END LOOP;
+END
+$f$;
+
+-- check_header_value (src/validation.c): the first byte that is neither a
+-- tab nor visible ASCII or a space decides: CR or LF, or another.
+CREATE FUNCTION @extschema@.idem_sql_owner_header_value(name text, value text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $f$
+DECLARE
+    bad text := pg_catalog.substring(value COLLATE "C", '[^\t -~]');
+BEGIN
+    IF bad IS NULL THEN
+        RETURN;
+    END IF;
+    IF bad OPERATOR(pg_catalog.=) ANY (ARRAY[E'\r', E'\n']) THEN
+        RAISE EXCEPTION 'value of header "%" contains a line break', name
+            USING ERRCODE = '22023', DETAIL = 'Header values cannot contain CR or LF characters.';
+    END IF;
+    RAISE EXCEPTION 'value of header "%" contains a character that cannot be sent', name
+        USING ERRCODE = '22023',
+              DETAIL = 'Header values consist of visible ASCII characters, spaces and tabs.',
+              HINT = 'Encode other text, for example as RFC 8187 does.';
+END
+$f$;
+
+-- explain_owner_miss (src/lifecycle.c): an owner's UPDATE matched nothing.
+-- Raises IK004 (no record), IK002 (another token, or released), or IK003
+-- (not in progress); returns for a repeat with the same token and values of
+-- a call that already took effect (want_status not NULL: complete, fail,
+-- mark unknown; want_code compared only if compare_code).
+CREATE FUNCTION @extschema@.idem_sql_owner_miss(
+    p_scope text, p_key text, p_token bigint, action text,
+    want_status text, want_result jsonb, want_error jsonb, want_headers jsonb,
+    compare_code boolean, want_code integer, want_retryable boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $f$
+DECLARE
+    r record;
+BEGIN
+    SELECT t.token, t.status::pg_catalog.text AS status, t.lease_expires_at, t.result, t.error,
+           t.response_headers, t.response_code, t.retryable
+      INTO r
+      FROM @extschema@.idempotency_records t
+     WHERE t.scope OPERATOR(pg_catalog.=) p_scope AND t.key OPERATOR(pg_catalog.=) p_key;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idempotency key "%" does not exist', p_key
+            USING ERRCODE = 'IK004',
+                  DETAIL = pg_catalog.format('No record has this key in scope "%s".', p_scope),
+                  HINT = 'Claim the key with idem_claim() first.';
+    END IF;
+    -- release moved the token past the owner's: a released record's current
+    -- token is one nobody was given
+    IF p_token OPERATOR(pg_catalog.<>) r.token
+       OR (r.status OPERATOR(pg_catalog.=) 'processing' AND r.lease_expires_at IS NULL) THEN
+        RAISE EXCEPTION 'token % is not the current fencing token of idempotency key "%"', p_token, p_key
+            USING ERRCODE = 'IK002',
+                  DETAIL = CASE WHEN p_token OPERATOR(pg_catalog.<) r.token
+                                THEN 'The key was taken over or released after this token was issued.'
+                                ELSE 'No such token was issued for this key.' END,
+                  HINT = 'Do not apply this attempt''s outcome; claim the key again to learn its state.';
+    END IF;
+    IF want_status IS NOT NULL
+       AND r.status OPERATOR(pg_catalog.=) want_status
+       AND (want_status OPERATOR(pg_catalog.<>) 'failed'
+            OR r.retryable OPERATOR(pg_catalog.=) want_retryable)
+       AND (NOT compare_code
+            OR COALESCE(r.response_code OPERATOR(pg_catalog.=) want_code,
+                        r.response_code IS NULL AND want_code IS NULL))
+       AND COALESCE(r.result OPERATOR(pg_catalog.=) want_result, r.result IS NULL AND want_result IS NULL)
+       AND COALESCE(r.error OPERATOR(pg_catalog.=) want_error, r.error IS NULL AND want_error IS NULL)
+       AND COALESCE(r.response_headers OPERATOR(pg_catalog.=) want_headers,
+                    r.response_headers IS NULL AND want_headers IS NULL) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'cannot % idempotency key "%" because it is not in progress', action, p_key
+        USING ERRCODE = 'IK003', DETAIL = pg_catalog.format('Its status is "%s".', r.status);
+END
+$f$;
+
+-- from sql/edition/bodies/zz_owner_tmp.sql
+CREATE FUNCTION @extschema@.idem_sql_owner_len(value text, what text)
+RETURNS void LANGUAGE plpgsql AS $f$
+DECLARE
+    lim integer := COALESCE(NULLIF(pg_catalog.current_setting('idempotency.max_key_length', true), '')::integer, 255);
+BEGIN
+    IF pg_catalog.octet_length(value) OPERATOR(pg_catalog.>) lim THEN
+        RAISE EXCEPTION '% is too long', what USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.', pg_catalog.octet_length(value), lim);
+    END IF;
+END $f$;
+
+CREATE FUNCTION @extschema@.idem_sql_owner_key_scope(key text, scope text)
+RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idempotency key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF key OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'idempotency key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    PERFORM @extschema@.idem_sql_owner_len(key, 'idempotency key');
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'scope must not be null' USING ERRCODE = '22004', HINT = 'Use '''' for the default scope.';
+    END IF;
+    PERFORM @extschema@.idem_sql_owner_len(scope, 'scope');
+END $f$;
+
+CREATE FUNCTION @extschema@.idem_sql_owner_args(key text, token bigint, scope text)
+RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'idempotency key must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF key OPERATOR(pg_catalog.=) '' THEN
+        RAISE EXCEPTION 'idempotency key must not be empty' USING ERRCODE = '22023';
+    END IF;
+    PERFORM @extschema@.idem_sql_owner_len(key, 'idempotency key');
+    IF token IS NULL THEN
+        RAISE EXCEPTION 'token must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF token OPERATOR(pg_catalog.<=) 0 THEN
+        RAISE EXCEPTION 'token must be positive' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('Fencing tokens start at 1; %s was given.', token);
+    END IF;
+    IF scope IS NULL THEN
+        RAISE EXCEPTION 'scope must not be null' USING ERRCODE = '22004', HINT = 'Use '''' for the default scope.';
+    END IF;
+    PERFORM @extschema@.idem_sql_owner_len(scope, 'scope');
+END $f$;
+
+CREATE FUNCTION @extschema@.idem_sql_owner_add_interval(base timestamptz, span interval, name text)
+RETURNS timestamptz LANGUAGE plpgsql AS $f$
+DECLARE
+    result timestamptz := base OPERATOR(pg_catalog.+) span;
+BEGIN
+    IF result OPERATOR(pg_catalog.<=) base THEN
+        RAISE EXCEPTION '% must be positive', name USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The interval given was "%s".', span);
+    END IF;
+    IF NOT pg_catalog.isfinite(result) THEN
+        RAISE EXCEPTION '% must be finite', name USING ERRCODE = '22023';
+    END IF;
+    RETURN result;
+END $f$;
+
 /* idempotency--0.1.0.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
@@ -745,18 +1026,26 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_token_epoch', '');
 
 CREATE FUNCTION @extschema@.idem_fingerprint(request jsonb)
 RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_fingerprint(jsonb)' USING ERRCODE = '0A000'; END$missing$;
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $body$
+SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(
+           request::pg_catalog.text COLLATE pg_catalog."C", E'\\', E'\\\\'), 'escape'))
+$body$;
 
 CREATE FUNCTION @extschema@.idem_fingerprint(request text)
 RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_fingerprint(text)' USING ERRCODE = '0A000'; END$missing$;
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $body$
+SELECT pg_catalog.sha256(pg_catalog.decode(pg_catalog.replace(
+           request COLLATE pg_catalog."C", E'\\', E'\\\\'), 'escape'))
+$body$;
 
 CREATE FUNCTION @extschema@.idem_fingerprint(request bytea)
 RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_fingerprint(bytea)' USING ERRCODE = '0A000'; END$missing$;
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $body$
+SELECT pg_catalog.sha256(request)
+$body$;
 
 /*
  * The claim lifecycle.  None of these is STRICT: a NULL argument is an error
@@ -789,7 +1078,339 @@ CREATE FUNCTION @extschema@.idem_claim(
     wait boolean DEFAULT true)
 RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_claim(text, bytea, interval, text, interval, boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now timestamptz := pg_catalog.clock_timestamp();
+    lease_at timestamptz;
+    expires timestamptz;
+    setting text;
+    rec record;
+    found_row boolean;
+    outcome text;
+    tok bigint;
+    later bigint;
+    inserted integer;
+    timeline text;
+    epoch bigint;
+    shift integer;
+    busy boolean;
+    saved_timeout text;
+    saved_reuse text;
+    retention_us numeric;
+    locked boolean;
+    probe boolean;
+    advertised integer;
+    key_lock bigint;
+BEGIN
+    -- the arguments, in validation.c's order: key, fingerprint, scope, lease,
+    -- retention, wait (the full checks only where the quick ones fail)
+    IF key IS NULL OR key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
+       OR fingerprint IS NULL OR pg_catalog.length(fingerprint) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.length(fingerprint) OPERATOR(pg_catalog.>) 64
+       OR scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_fingerprint(fingerprint);
+        PERFORM @extschema@.idem_sql_arg_scope(scope);
+    END IF;
+    IF lease IS NULL THEN
+        setting := pg_catalog.current_setting('idempotency.default_lease', true);
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+            lease_at := t_now OPERATOR(pg_catalog.+) '30 s'::interval;
+        ELSE
+            lease_at := t_now OPERATOR(pg_catalog.+)
+                ('1 ms'::interval OPERATOR(pg_catalog.*)
+                 @extschema@.idem_sql_setting_int('idempotency.default_lease', 30000, 1, 2147483647, 'ms'));
+        END IF;
+    ELSE
+        lease_at := t_now OPERATOR(pg_catalog.+) lease;
+        IF lease_at OPERATOR(pg_catalog.<=) t_now OR NOT pg_catalog.isfinite(lease_at) THEN
+            lease_at := @extschema@.idem_sql_add_interval(t_now, lease, 'lease');
+        END IF;
+    END IF;
+    IF retention IS NULL THEN
+        setting := pg_catalog.current_setting('idempotency.retention', true);
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+            expires := t_now OPERATOR(pg_catalog.+) '86400 s'::interval;
+        ELSE
+            expires := @extschema@.idem_sql_retention_expiry(NULL, t_now);
+        END IF;
+    ELSE
+        expires := t_now OPERATOR(pg_catalog.+) retention;
+        IF expires OPERATOR(pg_catalog.<=) t_now OR NOT pg_catalog.isfinite(expires) THEN
+            expires := @extschema@.idem_sql_add_interval(t_now, retention, 'retention');
+        END IF;
+    END IF;
+    IF wait IS NULL THEN
+        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
+    END IF;
+
+    -- under tenant isolation, a scope outside the session's tenant could only
+    -- fail the INSERT's policy check, after a read that finds nothing
+    IF pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass) THEN
+        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                    scope, 'claim');
+    END IF;
+
+    -- the direct read of record_store.c (table-level SELECT, no row-level
+    -- security) refuses a table with added columns; has_column_privilege is
+    -- NULL for an attribute that does not exist (18 columns: the install's)
+    IF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL
+       AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
+       AND NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass) THEN
+        PERFORM @extschema@.idem_sql_check_record_shape();
+    END IF;
+
+    FOR round IN 1 .. 8 LOOP
+        outcome := NULL;
+        SELECT r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+               r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+               r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+          INTO rec
+          FROM @extschema@.idempotency_records r
+         WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+           AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
+        found_row := FOUND;
+
+        IF NOT found_row THEN
+            -- tokens.c's idem_token_first, inline once the timeline is checked
+            timeline := CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL
+                             ELSE pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8) END;
+            IF timeline OPERATOR(pg_catalog.=) pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
+                tok := (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
+                        OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1;
+            ELSE
+                tok := @extschema@.idem_sql_token_first();
+            END IF;
+
+            -- wait => false: may this role learn of another transaction's
+            -- uncommitted row of the key?  Only where its INSERT would wait
+            -- for that row (record_store.c, idem_store_insert_in_progress)
+            probe := NOT wait
+                AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT')
+                AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
+                AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
+                     OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                          scope) OPERATOR(pg_catalog.=) 'inside');
+            -- A claim that inserts a key says so with a shared advisory lock
+            -- on the key's hash, held to the end of its transaction, so that
+            -- a claim with wait => false learns of it without waiting (C: a
+            -- dirty probe of the primary key): it tries the same lock
+            -- exclusively.  At most 16 keys a transaction, so that a bulk
+            -- claim does not fill the lock table; a key claimed beyond them,
+            -- or inserted otherwise, is found by the INSERT below, which
+            -- runs into lock_timeout = 1ms instead of waiting (55P03).
+            busy := false;
+            advertised := COALESCE(NULLIF(pg_catalog.current_setting('idempotency.sql_edition_claims', true), '')::integer, 0);
+            IF advertised OPERATOR(pg_catalog.<) 16 THEN
+                key_lock := pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459));
+                IF probe THEN
+                    busy := NOT pg_catalog.pg_try_advisory_xact_lock(key_lock);
+                ELSE
+                    PERFORM pg_catalog.pg_advisory_xact_lock_shared(key_lock);
+                END IF;
+                PERFORM pg_catalog.set_config('idempotency.sql_edition_claims',
+                                              (advertised OPERATOR(pg_catalog.+) 1)::text, true);
+            END IF;
+            IF busy THEN
+                NULL;
+            ELSIF probe THEN
+                -- the table's lock first, so that only a wait for a row of
+                -- the key can run into the lock timeout
+                LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+                saved_timeout := pg_catalog.current_setting('lock_timeout');
+                BEGIN
+                    PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                    INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                        lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
+                    VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
+                            lease_at, t_now, t_now, expires, expires, 'processing', 1)
+                    ON CONFLICT (scope, key) DO NOTHING;
+                    GET DIAGNOSTICS inserted = ROW_COUNT;
+                    PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+                EXCEPTION WHEN lock_not_available THEN
+                    busy := true;
+                END;
+            ELSE
+                -- wait => true, or a role the probe would tell more than its
+                -- INSERT: the INSERT waits for another transaction's row
+                INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                    lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
+                VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
+                        lease_at, t_now, t_now, expires, expires, 'processing', 1)
+                ON CONFLICT (scope, key) DO NOTHING;
+                GET DIAGNOSTICS inserted = ROW_COUNT;
+            END IF;
+            IF busy THEN
+                outcome := 'in_progress';
+                EXIT;
+            END IF;
+            IF inserted OPERATOR(pg_catalog.=) 1 THEN
+                -- a removal advanced the epoch while we inserted: move up
+                later := (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
+                          OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1;
+                IF timeline IS DISTINCT FROM pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
+                    later := @extschema@.idem_sql_token_first();
+                END IF;
+                IF later OPERATOR(pg_catalog.<>) tok THEN
+                    UPDATE @extschema@.idempotency_records r SET token = later
+                     WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                       AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
+                    tok := later;
+                END IF;
+                RETURN ROW('new', tok, 'processing'::@extschema@.idem_status, NULL, NULL, NULL, NULL,
+                           lease_at, 1, expires, NULL)::@extschema@.idem_claim_result;
+            END IF;
+            CONTINUE;  -- committed by someone else meanwhile
+        END IF;
+
+        -- classify (src/claim.c): what a claim at t_now makes of the record;
+        -- a reuse or takeover is decided again once the row is locked
+        locked := false;
+        LOOP
+            IF rec.status OPERATOR(pg_catalog.=) 'processing' AND rec.lease_expires_at IS NULL THEN
+                outcome := 'needs_reuse';  -- released by its owner
+            ELSIF rec.status OPERATOR(pg_catalog.=) ANY ('{succeeded,failed}')
+                  AND NOT (rec.expires_at OPERATOR(pg_catalog.>) t_now) THEN
+                outcome := 'needs_reuse';  -- finished and past its retention
+            ELSE
+                IF rec.fingerprint OPERATOR(pg_catalog.<>) fingerprint THEN
+                    RAISE EXCEPTION 'idempotency key "%" was already used for a different request', key
+                        USING ERRCODE = 'IK001',
+                              DETAIL = pg_catalog.format('The request fingerprint differs from the one stored for this key in scope "%s".', scope),
+                              HINT = 'Use a new idempotency key for a different request.';
+                END IF;
+                IF rec.status OPERATOR(pg_catalog.=) 'succeeded' THEN
+                    outcome := 'replay';
+                ELSIF rec.status OPERATOR(pg_catalog.=) 'processing' THEN
+                    outcome := CASE WHEN rec.lease_expires_at OPERATOR(pg_catalog.>) t_now THEN 'in_progress'
+                                    ELSE 'needs_takeover' END;  -- abandoned: possibly half done
+                ELSIF rec.status OPERATOR(pg_catalog.=) 'failed' THEN
+                    outcome := CASE WHEN rec.retryable THEN 'needs_takeover' ELSE 'replay' END;
+                ELSE
+                    outcome := 'unknown';
+                END IF;
+            END IF;
+            EXIT WHEN locked OR outcome OPERATOR(pg_catalog.<>) ALL ('{needs_reuse,needs_takeover}');
+
+            -- lock the newest version and decide again on it
+            IF wait THEN
+                SELECT r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+                       r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+                       r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+                  INTO rec
+                  FROM @extschema@.idempotency_records r
+                 WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                   AND r.key OPERATOR(pg_catalog.=) idem_claim.key
+                   FOR NO KEY UPDATE;
+            ELSE
+                SELECT r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+                       r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+                       r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+                  INTO rec
+                  FROM @extschema@.idempotency_records r
+                 WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                   AND r.key OPERATOR(pg_catalog.=) idem_claim.key
+                   FOR NO KEY UPDATE SKIP LOCKED;
+            END IF;
+            EXIT WHEN NOT FOUND;
+            locked := true;
+        END LOOP;
+        CONTINUE WHEN outcome OPERATOR(pg_catalog.=) ANY ('{needs_reuse,needs_takeover}') AND NOT locked
+                      AND (wait OR NOT EXISTS (SELECT FROM @extschema@.idempotency_records r
+                                                WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                                                  AND r.key OPERATOR(pg_catalog.=) idem_claim.key));
+        IF outcome OPERATOR(pg_catalog.=) ANY ('{needs_reuse,needs_takeover}') AND NOT locked THEN
+            -- locked by another writer: the committed version is about to be
+            -- replaced, so none of it is reported
+            found_row := false;
+            outcome := 'in_progress';
+            EXIT;
+        END IF;
+        IF outcome OPERATOR(pg_catalog.=) 'needs_reuse' THEN
+            -- the key is never absent, so no epoch is spent: the removal
+            -- trigger is told that this row's DELETE is no removal
+            tok := @extschema@.idem_sql_token_next(rec.token);
+            saved_reuse := @extschema@.idem_sql_removal_reuse_begin(scope, key, rec.token);
+            WITH old AS (
+                DELETE FROM @extschema@.idempotency_records r
+                 WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                   AND r.key OPERATOR(pg_catalog.=) idem_claim.key
+                RETURNING r.token)
+            INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
+            SELECT idem_claim.scope, idem_claim.key, idem_claim.fingerprint,
+                   GREATEST(old.token OPERATOR(pg_catalog.+) 1, tok),
+                   lease_at, t_now, t_now, expires, expires, 'processing', 1
+              FROM old
+            RETURNING r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+                      r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+                      r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+              INTO rec;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'locked idempotency record vanished' USING ERRCODE = 'XX000';
+            END IF;
+            PERFORM @extschema@.idem_sql_removal_reuse_end(saved_reuse);
+            outcome := 'new';
+        ELSIF outcome OPERATOR(pg_catalog.=) 'needs_takeover' THEN
+            -- created_at + retention: the claim's own, else the record's
+            -- (expires_at - completed_at after a failure, - created_at before)
+            IF retention IS NOT NULL THEN
+                retention_us := (pg_catalog.extract('epoch', expires) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', t_now)) OPERATOR(pg_catalog.*) 1000000;
+            ELSE
+                retention_us := (pg_catalog.extract('epoch', rec.expires_at) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', COALESCE(rec.completed_at, rec.created_at)))
+                                OPERATOR(pg_catalog.*) 1000000;
+            END IF;
+            expires := rec.created_at OPERATOR(pg_catalog.+)
+                       ('1 microsecond'::interval OPERATOR(pg_catalog.*) retention_us::float8);
+            tok := @extschema@.idem_sql_token_next(rec.token);
+            UPDATE @extschema@.idempotency_records r SET
+                   token = GREATEST(r.token OPERATOR(pg_catalog.+) 1, tok), lease_expires_at = lease_at,
+                   updated_at = t_now, completed_at = NULL, status = 'processing',
+                   attempts = r.attempts OPERATOR(pg_catalog.+) 1, response_code = NULL,
+                   response_headers = NULL, retryable = false, expires_at = expires, purge_after = expires
+             WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+               AND r.key OPERATOR(pg_catalog.=) idem_claim.key
+            RETURNING r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+                      r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+                      r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+              INTO rec;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'locked idempotency record vanished' USING ERRCODE = 'XX000';
+            END IF;
+            outcome := 'takeover';
+        END IF;
+        EXIT;
+    END LOOP;
+
+    IF outcome IS NULL OR outcome OPERATOR(pg_catalog.=) ANY ('{needs_reuse,needs_takeover}') THEN
+        -- eight rounds, each lost to a race
+        IF pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass) THEN
+            RAISE EXCEPTION 'idempotency key "%" exists in scope "%", but row-level security hides it', key, scope
+                USING ERRCODE = '42501',
+                      DETAIL = 'The claim''s INSERT conflicts with a row that the policies on idempotency_records do not let this role read.',
+                      HINT = 'Check idempotency.scope and the policies of idempotency_records.';
+        END IF;
+        RAISE EXCEPTION 'could not claim idempotency key "%" because of concurrent changes', key
+            USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+    END IF;
+
+    IF NOT found_row THEN
+        -- an uncommitted claim of another transaction: it is processing
+        RETURN ROW(outcome, NULL, 'processing'::@extschema@.idem_status, NULL, NULL, NULL, NULL,
+                   NULL, NULL, NULL, NULL)::@extschema@.idem_claim_result;
+    END IF;
+    -- only an owner (new, takeover) learns the token
+    RETURN ROW(outcome,
+               CASE WHEN outcome OPERATOR(pg_catalog.=) ANY ('{new,takeover}') THEN rec.token END,
+               rec.status, rec.response_code, rec.result, rec.error, rec.recovery_point,
+               rec.lease_expires_at, rec.attempts, rec.expires_at,
+               rec.response_headers)::@extschema@.idem_claim_result;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_complete(
     key text,
@@ -799,7 +1420,11 @@ CREATE FUNCTION @extschema@.idem_complete(
     scope text DEFAULT '')
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_complete(text, bigint, jsonb, integer, text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+BEGIN
+    PERFORM @extschema@.idem_complete($1, $2, $3, $4, $5, NULL::pg_catalog.jsonb);
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_fail(
     key text,
@@ -810,7 +1435,11 @@ CREATE FUNCTION @extschema@.idem_fail(
     response_code integer DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_fail(text, bigint, jsonb, boolean, text, integer)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+BEGIN
+    PERFORM @extschema@.idem_fail($1, $2, $3, $4, $5, $6, NULL::pg_catalog.jsonb);
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_checkpoint(
     key text,
@@ -820,7 +1449,33 @@ CREATE FUNCTION @extschema@.idem_checkpoint(
     scope text DEFAULT '')
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_checkpoint(text, bigint, text, interval, text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now pg_catalog.timestamptz;
+    lease pg_catalog.timestamptz;
+    stored pg_catalog.timestamptz;
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_args(idem_checkpoint.key, idem_checkpoint.token, idem_checkpoint.scope);
+    t_now := pg_catalog.clock_timestamp();
+    IF idem_checkpoint.extend_lease IS NOT NULL THEN
+        lease := @extschema@.idem_sql_owner_add_interval(t_now, idem_checkpoint.extend_lease, 'extend_lease');
+    END IF;
+    UPDATE @extschema@.idempotency_records
+       SET recovery_point = COALESCE(idem_checkpoint.recovery_point, recovery_point),
+           lease_expires_at = COALESCE(lease, lease_expires_at), updated_at = t_now
+     WHERE scope OPERATOR(pg_catalog.=) idem_checkpoint.scope
+       AND key OPERATOR(pg_catalog.=) idem_checkpoint.key
+       AND token OPERATOR(pg_catalog.=) idem_checkpoint.token
+       AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL
+    RETURNING lease_expires_at INTO stored;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_sql_owner_miss(idem_checkpoint.scope, idem_checkpoint.key,
+            idem_checkpoint.token, 'checkpoint', NULL, NULL, NULL, NULL, false, NULL, false);
+    END IF;
+    RETURN stored;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_release(
     key text,
@@ -828,7 +1483,26 @@ CREATE FUNCTION @extschema@.idem_release(
     scope text DEFAULT '')
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_release(text, bigint, text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    next_token pg_catalog.int8;
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_args(idem_release.key, idem_release.token, idem_release.scope);
+    next_token := @extschema@.idem_sql_token_next(idem_release.token);
+    UPDATE @extschema@.idempotency_records
+       SET token = GREATEST(token OPERATOR(pg_catalog.+) 1, next_token), lease_expires_at = NULL,
+           updated_at = pg_catalog.clock_timestamp()
+     WHERE scope OPERATOR(pg_catalog.=) idem_release.scope
+       AND key OPERATOR(pg_catalog.=) idem_release.key
+       AND token OPERATOR(pg_catalog.=) idem_release.token
+       AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_sql_owner_miss(idem_release.scope, idem_release.key,
+            idem_release.token, 'release', NULL, NULL, NULL, NULL, false, NULL, false);
+    END IF;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_mark_unknown(
     key text,
@@ -837,7 +1511,27 @@ CREATE FUNCTION @extschema@.idem_mark_unknown(
     scope text DEFAULT '')
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_mark_unknown(text, bigint, jsonb, text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_args(idem_mark_unknown.key, idem_mark_unknown.token, idem_mark_unknown.scope);
+    IF idem_mark_unknown.detail IS NULL THEN
+        RAISE EXCEPTION 'detail must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE @extschema@.idempotency_records
+       SET status = 'unknown', error = idem_mark_unknown.detail, lease_expires_at = NULL,
+           updated_at = pg_catalog.clock_timestamp()
+     WHERE scope OPERATOR(pg_catalog.=) idem_mark_unknown.scope
+       AND key OPERATOR(pg_catalog.=) idem_mark_unknown.key
+       AND token OPERATOR(pg_catalog.=) idem_mark_unknown.token
+       AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_sql_owner_miss(idem_mark_unknown.scope, idem_mark_unknown.key,
+            idem_mark_unknown.token, 'mark unknown', 'unknown', NULL, idem_mark_unknown.detail,
+            NULL, false, NULL, false);
+    END IF;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_resolve(
     key text,
@@ -848,14 +1542,35 @@ CREATE FUNCTION @extschema@.idem_resolve(
     retryable boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_resolve(text, idem_status, jsonb, integer, text, boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+BEGIN
+    PERFORM @extschema@.idem_resolve($1, $2, $3, $4, $5, $6, NULL::pg_catalog.jsonb);
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_lookup(
     key text,
     scope text DEFAULT '')
 RETURNS SETOF @extschema@.idempotency_records
 LANGUAGE plpgsql STABLE ROWS 1
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_lookup(text, text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+BEGIN
+    IF key IS NULL OR key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
+       OR scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_scope(scope);
+    END IF;
+    IF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_check_record_shape();
+    END IF;
+    RETURN QUERY
+    SELECT r.* FROM @extschema@.idempotency_records r
+     WHERE r.scope OPERATOR(pg_catalog.=) idem_lookup.scope
+       AND r.key OPERATOR(pg_catalog.=) idem_lookup.key;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_await(
     key text,
@@ -863,7 +1578,62 @@ CREATE FUNCTION @extschema@.idem_await(
     timeout interval DEFAULT '5 seconds')
 RETURNS SETOF @extschema@.idempotency_records
 LANGUAGE plpgsql VOLATILE ROWS 1
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_await(text, text, interval)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now timestamptz := pg_catalog.clock_timestamp();
+    deadline timestamptz;
+    sleep_ms integer := 1;
+    remaining_ms float8;
+    rec @extschema@.idempotency_records;
+    found_row boolean;
+BEGIN
+    PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
+    PERFORM @extschema@.idem_sql_arg_scope(scope);
+    IF timeout IS NULL THEN
+        RAISE EXCEPTION 'timeout must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- a zero timeout is a plain read; a negative one is an error
+    deadline := t_now OPERATOR(pg_catalog.+) timeout;
+    IF deadline OPERATOR(pg_catalog.<) t_now THEN
+        RAISE EXCEPTION 'timeout must not be negative'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('The interval given was "%s".', timeout);
+    END IF;
+    IF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_check_record_shape();
+    END IF;
+
+    SELECT r.* INTO rec FROM @extschema@.idempotency_records r
+     WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
+       AND r.key OPERATOR(pg_catalog.=) idem_await.key;
+    found_row := FOUND;
+    IF found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
+       AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+       AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
+       AND deadline OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+       AND @extschema@.idem_sql_setting_int('idempotency.max_waiters', 4, 0, 2147483647, '') OPERATOR(pg_catalog.<>) 0 THEN
+        LOOP
+            remaining_ms := pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                            OPERATOR(pg_catalog.*) 1000;
+            EXIT WHEN remaining_ms OPERATOR(pg_catalog.<=) 0;
+            PERFORM pg_catalog.pg_sleep(LEAST(sleep_ms::float8, remaining_ms) OPERATOR(pg_catalog./) 1000);
+            sleep_ms := LEAST(sleep_ms OPERATOR(pg_catalog.*) 2, 100);
+            SELECT r.* INTO rec FROM @extschema@.idempotency_records r
+             WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
+               AND r.key OPERATOR(pg_catalog.=) idem_await.key;
+            found_row := FOUND;
+            EXIT WHEN NOT (found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
+                           AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+        END LOOP;
+    END IF;
+    IF found_row THEN
+        -- a waiter is no owner: it does not learn the fencing token
+        rec.token := NULL;
+        RETURN NEXT rec;
+    END IF;
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_await(text, text, interval) IS
     'wait (holding no lock) until the record leaves processing or the timeout passes; returns it';
@@ -1126,7 +1896,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.idem_machines_changed() FROM PUBLIC;
 CREATE FUNCTION @extschema@.idem_enforce_transition()
 RETURNS trigger
 LANGUAGE plpgsql
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_enforce_transition()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$ BEGIN RETURN NEW; END $body$;
 
 COMMENT ON FUNCTION @extschema@.idem_enforce_transition() IS
     'BEFORE INSERT OR UPDATE trigger: idem_enforce_transition(machine, column) refuses moves the machine does not contain';
@@ -1906,17 +2676,26 @@ FROM PUBLIC;
 CREATE FUNCTION @extschema@.idem_records_removed()
 RETURNS trigger
 LANGUAGE plpgsql
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_records_removed()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+BEGIN
+    IF @extschema@.idem_sql_removal_reuse_take(OLD.scope, OLD.key, OLD.token) THEN
+        RETURN OLD;
+    END IF;
+    IF @extschema@.idem_sql_token_epoch_of(OLD.token) >= @extschema@.idem_sql_token_epoch_now() THEN
+        PERFORM @extschema@.idem_sql_token_epoch_advance();
+    END IF;
+    RETURN OLD;
+END $body$;
 
 CREATE FUNCTION @extschema@.idem_records_truncated()
 RETURNS trigger
 LANGUAGE plpgsql
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_records_truncated()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$ BEGIN PERFORM @extschema@.idem_sql_token_epoch_advance(); RETURN NULL; END $body$;
 
 CREATE FUNCTION @extschema@.idem_records_rekeyed()
 RETURNS trigger
 LANGUAGE plpgsql
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_records_rekeyed()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$ BEGIN RETURN NEW; END $body$;
 
 REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_records_removed(),
@@ -2244,7 +3023,80 @@ CREATE FUNCTION @extschema@.idem_request_fingerprint(
     ignore text[] DEFAULT NULL)
 RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_request_fingerprint(text, text, jsonb, text[])' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+DECLARE
+    ignore_path text;
+    keys text[];
+    container jsonb;
+    is_object boolean;
+    path_utf8 bytea;
+    body_utf8 bytea;
+BEGIN
+    -- an HTTP method is a token (RFC 9110, section 5.6.2)
+    IF method IS NULL OR path IS NULL OR body IS NULL
+       OR method COLLATE pg_catalog."C"
+          OPERATOR(pg_catalog.!~) '^[A-Za-z0-9!#$%&''*+.^_`|~-]+$' THEN
+        IF method IS NULL THEN
+            RAISE EXCEPTION 'method must not be null' USING ERRCODE = '22004';
+        ELSIF path IS NULL THEN
+            RAISE EXCEPTION 'path must not be null' USING ERRCODE = '22004';
+        ELSIF body IS NULL THEN
+            RAISE EXCEPTION 'body must not be null' USING ERRCODE = '22004',
+                HINT = 'Pass ''null''::jsonb for a request without a body.';
+        ELSIF pg_catalog.octet_length(method) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'method must not be empty' USING ERRCODE = '22023';
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = pg_catalog.format('invalid HTTP method "%s"', method),
+                DETAIL = 'A method consists of letters, digits and the characters !#$%&''*+-.^_`|~.';
+        END IF;
+    END IF;
+
+    IF ignore IS NOT NULL THEN
+        IF pg_catalog.array_ndims(ignore) OPERATOR(pg_catalog.>) 1 THEN
+            RAISE EXCEPTION 'ignore must be a one-dimensional array' USING ERRCODE = '22023';
+        END IF;
+        is_object := pg_catalog.jsonb_typeof(body) OPERATOR(pg_catalog.=) 'object';
+        FOREACH ignore_path IN ARRAY ignore LOOP
+            -- keys separated by dots, none of them empty
+            IF ignore_path IS NULL
+               OR ignore_path COLLATE pg_catalog."C" OPERATOR(pg_catalog.!~) '^[^.]+([.][^.]+)*$' THEN
+                IF ignore_path IS NULL THEN
+                    RAISE EXCEPTION 'ignore must not contain nulls' USING ERRCODE = '22004';
+                END IF;
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = pg_catalog.format('invalid ignore path "%s"', ignore_path),
+                    DETAIL = 'An ignore path is one or more keys separated by dots, and no key may be empty.';
+            END IF;
+            CONTINUE WHEN NOT is_object;
+            keys := pg_catalog.string_to_array(ignore_path COLLATE pg_catalog."C", '.');
+            IF pg_catalog.cardinality(keys) OPERATOR(pg_catalog.=) 1 THEN
+                body := body OPERATOR(pg_catalog.-) keys[1];
+            ELSE
+                container := body;
+                FOR i IN 1 .. pg_catalog.cardinality(keys) OPERATOR(pg_catalog.-) 1 LOOP
+                    container := container OPERATOR(pg_catalog.->) keys[i];
+                    EXIT WHEN pg_catalog.jsonb_typeof(container) IS DISTINCT FROM 'object';
+                END LOOP;
+                IF pg_catalog.jsonb_typeof(container) OPERATOR(pg_catalog.=) 'object' THEN
+                    body := body OPERATOR(pg_catalog.#-) keys;
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
+
+    path_utf8 := pg_catalog.convert_to(path, 'UTF8');
+    body_utf8 := pg_catalog.convert_to(body::pg_catalog.text, 'UTF8');
+    RETURN pg_catalog.sha256(
+        '\x01'::pg_catalog.bytea
+        OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(method))
+        OPERATOR(pg_catalog.||) pg_catalog.convert_to(pg_catalog.upper(method COLLATE pg_catalog."C"), 'UTF8')
+        OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(path_utf8))
+        OPERATOR(pg_catalog.||) path_utf8
+        OPERATOR(pg_catalog.||) pg_catalog.int4send(pg_catalog.octet_length(body_utf8))
+        OPERATOR(pg_catalog.||) body_utf8);
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_request_fingerprint(text, text, jsonb, text[]) IS
     'SHA-256 of an HTTP request: the method (upper-cased), the path and the canonical body without the ignore paths';
@@ -2412,7 +3264,7 @@ CREATE FUNCTION @extschema@.idem_role_tenants()
 RETURNS text[]
 -- reads idem_tenant_members itself, the current role's rows only (src/tenants.c)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_role_tenants()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$ BEGIN RETURN (SELECT coalesce(array_agg(tenant), '{}') FROM @extschema@.idem_tenant_members WHERE role::oid = (SELECT oid FROM pg_roles WHERE rolname = current_user)); END $body$;
 
 COMMENT ON FUNCTION @extschema@.idem_role_tenants() IS
     'the tenants the current role may work in without idempotency.scope (tenant isolation)';
@@ -2563,7 +3415,45 @@ COMMENT ON FUNCTION @extschema@.idem_revoke_all(regrole) IS
 CREATE FUNCTION @extschema@.idem_route_hash(scope text)
 RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_route_hash(text)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+DECLARE
+    setting text;
+    max_key_length integer := 255;
+BEGIN
+    IF scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        IF scope IS NULL THEN
+            RAISE EXCEPTION 'scope must not be null' USING ERRCODE = '22004',
+                HINT = 'Use '''' for the default scope.';
+        END IF;
+        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
+        IF setting OPERATOR(pg_catalog.<>) '' THEN
+            IF setting COLLATE pg_catalog."C"
+               OPERATOR(pg_catalog.!~) '^[[:space:]]*[+-]?[0-9]+[[:space:]]*$' THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = pg_catalog.format('invalid value for parameter "%s": "%s"',
+                                                'idempotency.max_key_length', setting);
+            END IF;
+            IF setting::pg_catalog.numeric OPERATOR(pg_catalog.<) 1
+               OR setting::pg_catalog.numeric OPERATOR(pg_catalog.>) 1024 THEN
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = pg_catalog.format('%s is outside the valid range for parameter "%s" (%s .. %s)',
+                                                setting::pg_catalog.numeric, 'idempotency.max_key_length', 1, 1024);
+            END IF;
+            max_key_length := setting::pg_catalog.int4;
+        END IF;
+        IF pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) max_key_length THEN
+            RAISE EXCEPTION 'scope is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(scope), max_key_length);
+        END IF;
+    END IF;
+    -- '/' is ASCII, never part of a multibyte character
+    RETURN (('x' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.substr(pg_catalog.sha256(
+                pg_catalog.convert_to(pg_catalog.split_part(scope COLLATE pg_catalog."C", '/', 1), 'UTF8')),
+                1, 4), 'hex'))::pg_catalog.bit(32))::pg_catalog.int4;
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_route_hash(text) IS
     'the shard hash of a scope: the first 4 bytes of SHA-256 of its tenant part (before the first "/"), big-endian int4';
@@ -2626,7 +3516,33 @@ CREATE FUNCTION @extschema@.idem_complete(
     headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_complete(text, bigint, jsonb, integer, text, jsonb)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now pg_catalog.timestamptz;
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_args(idem_complete.key, idem_complete.token, idem_complete.scope);
+    IF idem_complete.headers IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_owner_headers(idem_complete.headers);
+    END IF;
+    t_now := pg_catalog.clock_timestamp();
+    UPDATE @extschema@.idempotency_records
+       SET status = 'succeeded', result = idem_complete.result,
+           response_code = idem_complete.response_code,
+           response_headers = idem_complete.headers, error = NULL,
+           completed_at = t_now, updated_at = t_now, lease_expires_at = NULL,
+           expires_at = expires_at OPERATOR(pg_catalog.+) (t_now OPERATOR(pg_catalog.-) created_at)
+     WHERE scope OPERATOR(pg_catalog.=) idem_complete.scope
+       AND key OPERATOR(pg_catalog.=) idem_complete.key
+       AND token OPERATOR(pg_catalog.=) idem_complete.token
+       AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_sql_owner_miss(idem_complete.scope, idem_complete.key,
+            idem_complete.token, 'complete', 'succeeded', idem_complete.result, NULL,
+            idem_complete.headers, true, idem_complete.response_code, false);
+    END IF;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_fail(
     key text,
@@ -2638,7 +3554,39 @@ CREATE FUNCTION @extschema@.idem_fail(
     headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_fail(text, bigint, jsonb, boolean, text, integer, jsonb)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now pg_catalog.timestamptz;
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_args(idem_fail.key, idem_fail.token, idem_fail.scope);
+    IF idem_fail.error IS NULL THEN
+        RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_fail.retryable IS NULL THEN
+        RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_fail.headers IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_owner_headers(idem_fail.headers);
+    END IF;
+    t_now := pg_catalog.clock_timestamp();
+    UPDATE @extschema@.idempotency_records
+       SET status = 'failed', error = idem_fail.error, retryable = idem_fail.retryable,
+           response_code = idem_fail.response_code,
+           response_headers = idem_fail.headers, result = NULL,
+           completed_at = t_now, updated_at = t_now, lease_expires_at = NULL,
+           expires_at = expires_at OPERATOR(pg_catalog.+) (t_now OPERATOR(pg_catalog.-) created_at)
+     WHERE scope OPERATOR(pg_catalog.=) idem_fail.scope
+       AND key OPERATOR(pg_catalog.=) idem_fail.key
+       AND token OPERATOR(pg_catalog.=) idem_fail.token
+       AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM @extschema@.idem_sql_owner_miss(idem_fail.scope, idem_fail.key,
+            idem_fail.token, 'fail', 'failed', NULL, idem_fail.error,
+            idem_fail.headers, true, idem_fail.response_code, idem_fail.retryable);
+    END IF;
+END
+$body$;
 
 CREATE FUNCTION @extschema@.idem_resolve(
     key text,
@@ -2650,7 +3598,59 @@ CREATE FUNCTION @extschema@.idem_resolve(
     headers jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_resolve(text, idem_status, jsonb, integer, text, boolean, jsonb)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    t_now pg_catalog.timestamptz;
+    current_status pg_catalog.text;
+BEGIN
+    PERFORM @extschema@.idem_sql_owner_key_scope(idem_resolve.key, idem_resolve.scope);
+    IF idem_resolve.headers IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_owner_headers(idem_resolve.headers);
+    END IF;
+    IF idem_resolve.status IS NULL THEN
+        RAISE EXCEPTION 'status must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_resolve.retryable IS NULL THEN
+        RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_resolve.status::pg_catalog.text OPERATOR(pg_catalog.<>) ALL ('{succeeded,failed}'::pg_catalog.text[]) THEN
+        RAISE EXCEPTION 'cannot resolve an unknown outcome to status "%"', idem_resolve.status
+            USING ERRCODE = '22023', HINT = 'Resolve it to "succeeded" or "failed".';
+    END IF;
+    IF idem_resolve.status::pg_catalog.text OPERATOR(pg_catalog.=) 'succeeded' AND idem_resolve.retryable THEN
+        RAISE EXCEPTION 'a succeeded outcome cannot be retryable'
+            USING ERRCODE = '22023', HINT = 'Pass retryable => true only with status "failed".';
+    END IF;
+    t_now := pg_catalog.clock_timestamp();
+    UPDATE @extschema@.idempotency_records
+       SET status = idem_resolve.status,
+           result = CASE WHEN idem_resolve.status::pg_catalog.text OPERATOR(pg_catalog.=) 'succeeded'
+                         THEN idem_resolve.result END,
+           error = CASE WHEN idem_resolve.status::pg_catalog.text OPERATOR(pg_catalog.=) 'failed'
+                        THEN idem_resolve.result END,
+           response_code = idem_resolve.response_code,
+           response_headers = idem_resolve.headers, retryable = idem_resolve.retryable,
+           completed_at = t_now, updated_at = t_now,
+           expires_at = expires_at OPERATOR(pg_catalog.+) (t_now OPERATOR(pg_catalog.-) created_at)
+     WHERE scope OPERATOR(pg_catalog.=) idem_resolve.scope
+       AND key OPERATOR(pg_catalog.=) idem_resolve.key
+       AND status OPERATOR(pg_catalog.=) 'unknown';
+    IF NOT FOUND THEN
+        SELECT t.status::pg_catalog.text INTO current_status
+          FROM @extschema@.idempotency_records t
+         WHERE t.scope OPERATOR(pg_catalog.=) idem_resolve.scope
+           AND t.key OPERATOR(pg_catalog.=) idem_resolve.key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'idempotency key "%" does not exist', idem_resolve.key
+                USING ERRCODE = 'IK004',
+                      DETAIL = pg_catalog.format('No record has this key in scope "%s".', idem_resolve.scope);
+        END IF;
+        RAISE EXCEPTION 'idempotency key "%" has no unknown outcome to resolve', idem_resolve.key
+            USING ERRCODE = 'IK003', DETAIL = pg_catalog.format('Its status is "%s".', current_status);
+    END IF;
+END
+$body$;
 
 REVOKE EXECUTE ON FUNCTION
     @extschema@.idem_complete(text, bigint, jsonb, integer, text, jsonb),
@@ -3661,7 +4661,7 @@ $grants$;
 CREATE FUNCTION @extschema@.idem_refuse_stale_snapshot(source regclass)
 RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_refuse_stale_snapshot(regclass)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$ BEGIN RETURN; END $body$;
 REVOKE EXECUTE ON FUNCTION @extschema@.idem_refuse_stale_snapshot(regclass) FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.idem_refuse_stale_snapshot(regclass) IS
@@ -3943,7 +4943,16 @@ SELECT pg_catalog.setval('@extschema@.idem_token_timeline',
 CREATE OR REPLACE FUNCTION @extschema@.idem_records_removed()
 RETURNS trigger
 LANGUAGE plpgsql
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_records_removed()' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+BEGIN
+    IF @extschema@.idem_sql_removal_reuse_take(OLD.scope, OLD.key, OLD.token) THEN
+        RETURN OLD;
+    END IF;
+    IF @extschema@.idem_sql_token_epoch_of(OLD.token) >= @extschema@.idem_sql_token_epoch_now() THEN
+        PERFORM @extschema@.idem_sql_token_epoch_advance();
+    END IF;
+    RETURN OLD;
+END $body$;
 
 -- ---------------------------------------------------------------------------
 -- Issue 25: the outbox's per-key order for every row (section "outbox order")
@@ -4068,7 +5077,9 @@ BEGIN
         tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
         privileges := 'SELECT, INSERT, UPDATE';
     WHEN 'maintenance' THEN
-        functions := format('%s.idem_purge(integer, integer)', s);
+        functions := format('%1$s.idem_purge(integer, integer), '
+                            '%1$s.idem_schedule_purge(text, integer, integer), '
+                            '%1$s.idem_unschedule_purge()', s);
         tables := format('%1$s.idempotency_records, %1$s.idem_inbox, %1$s.idem_outbox', s);
         privileges := 'SELECT, UPDATE, DELETE';
         EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
@@ -4160,6 +5171,79 @@ BEGIN
      WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
 END
 $$;
+
+
+-- ---------------------------------------------------------------------------
+-- Issue 26: idem_purge on a schedule by pg_cron (section "purge schedule")
+-- ---------------------------------------------------------------------------
+
+/*
+ * Where the library cannot be loaded (the SQL edition on a managed service)
+ * there is no purge worker; every such service offers pg_cron.  These two
+ * schedule and unschedule idem_purge as a pg_cron job of this database,
+ * named 'idempotency purge: <database>', as the calling role (pg_cron runs
+ * a job as the role that scheduled it).  Calling idem_schedule_purge again
+ * changes the job's schedule.  pg_cron lives in one database of the cluster
+ * (cron.database_name); from any other one these fail with the statement to
+ * run there instead.
+ */
+CREATE FUNCTION @extschema@.idem_schedule_purge(
+    schedule text DEFAULT '* * * * *',
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job_name constant text := 'idempotency purge: ' || current_database();
+    command constant text := format('SELECT %I.idem_purge(%s, %s)', '@extschema@',
+                                    batch_size, coalesce(max_batches::text, 'NULL'));
+BEGIN
+    IF schedule IS NULL OR batch_size IS NULL THEN
+        RAISE EXCEPTION 'schedule and batch_size must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF batch_size < 1 OR max_batches < 1 THEN
+        RAISE EXCEPTION 'batch_size and max_batches must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF to_regprocedure('cron.schedule(text, text, text)') IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = '55000',
+                  HINT = format('Run CREATE EXTENSION pg_cron in the database that cron.database_name names; '
+                                'if that is another database, run there: SELECT cron.schedule_in_database(%L, %L, %L, %L)',
+                                job_name, schedule, command, current_database());
+    END IF;
+    RETURN cron.schedule(job_name, schedule, command);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_schedule_purge(text, integer, integer) IS
+    'schedule idem_purge with pg_cron in this database (where no purge worker runs); returns the job id';
+
+CREATE FUNCTION @extschema@.idem_unschedule_purge()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job_name constant text := 'idempotency purge: ' || current_database();
+BEGIN
+    IF to_regprocedure('cron.unschedule(text)') IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = '55000';
+    END IF;
+    IF NOT EXISTS (SELECT FROM cron.job j WHERE j.jobname = job_name AND j.username = current_user) THEN
+        RETURN false;
+    END IF;
+    RETURN cron.unschedule(job_name);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_unschedule_purge() IS
+    'remove the pg_cron job of idem_schedule_purge; false when there was none';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_schedule_purge(text, integer, integer),
+    @extschema@.idem_unschedule_purge() FROM PUBLIC;
 
 
 -- ---------------------------------------------------------------------------
