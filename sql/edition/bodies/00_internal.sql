@@ -597,7 +597,11 @@ $fn$;
 -- timeline, move the epoch on; outside recovery only.  The timeline this
 -- backend has seen moved is kept in the session setting
 -- idempotency.sql_edition_timeline (C: a static variable), so that a token
--- costs no owner switch once the timeline is checked.
+-- costs no owner switch once the timeline is checked.  A session that set
+-- it did so outside recovery, and a server out of recovery keeps its
+-- timeline until it stops: idem_claim takes a set value to mean "checked"
+-- without reading the WAL position again (a session that began on a
+-- standby has not set it, and checks at its first token after promotion).
 CREATE FUNCTION @extschema@.idem_sql_token_check_timeline()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
