@@ -563,13 +563,18 @@ $fn$;
 -- mirrors check_timeline's move (src/tokens.c): as the sequences' owner,
 -- under a session lock held only for the move (an advisory lock (7459, 1):
 -- SQL has no session lock on a relation), the epoch jumps by 2^24 unless
--- another backend moved it for this timeline meanwhile
-CREATE FUNCTION @extschema@.idem_sql_token_move_timeline(timeline bigint)
-RETURNS void
+-- the timeline's sequence already names the server's timeline (another
+-- backend moved it meanwhile).  It reads the timeline itself, so that a
+-- caller can make it move only when the server's timeline changed.
+-- Returns the timeline, as the WAL file names write it (8 hex digits).
+CREATE FUNCTION @extschema@.idem_sql_token_move_timeline()
+RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    timeline_hex text := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+    timeline bigint := ('x' OPERATOR(pg_catalog.||) timeline_hex)::pg_catalog.bit(32)::pg_catalog.int8;
     epoch bigint;
 BEGIN
     PERFORM pg_catalog.pg_advisory_lock(7459, 1);
@@ -590,6 +595,7 @@ BEGIN
         RAISE;
     END;
     PERFORM pg_catalog.pg_advisory_unlock(7459, 1);
+    RETURN timeline_hex;
 END
 $fn$;
 
@@ -619,8 +625,8 @@ BEGIN
     IF pg_catalog.to_regclass('@extschema@.idem_token_timeline') IS NULL THEN
         RETURN;
     END IF;
-    PERFORM @extschema@.idem_sql_token_move_timeline(('x' OPERATOR(pg_catalog.||) timeline)::bit(32)::bigint);
-    PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline', timeline, false);
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline',
+                                  @extschema@.idem_sql_token_move_timeline(), false);
 END
 $fn$;
 
