@@ -396,16 +396,17 @@ BEGIN
     ELSE
         RETURN 'unknown';
     END IF;
-    IF pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text)', schema_name, fn_name)) IS NULL
+    -- schema_name is @extschema@ as the script has it: quoted where needed
+    IF pg_catalog.to_regprocedure(pg_catalog.format('%s.%I(text)', schema_name, fn_name)) IS NULL
        OR NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid OPERATOR(pg_catalog.=) heap
                          AND a.attname OPERATOR(pg_catalog.=) column_name
                          AND NOT a.attisdropped) THEN
         RETURN 'unknown';
     END IF;
-    call_text := pg_catalog.format('%I.%I(%I)', schema_name, fn_name, column_name);
+    call_text := pg_catalog.format('%s.%I(%I)', schema_name, fn_name, column_name);
     members_text := pg_catalog.format(
-        '(split_part(%I, ''/''::text, 1) = ANY (( SELECT %I.idem_role_tenants() AS idem_role_tenants)::text[]))',
+        '(split_part(%I, ''/''::text, 1) = ANY (( SELECT %s.idem_role_tenants() AS idem_role_tenants)::text[]))',
         column_name, schema_name);
     FOR pol IN SELECT p.polcmd, p.polpermissive, p.polroles,
                       pg_catalog.pg_get_expr(p.polqual, p.polrelid) AS qual,

@@ -165,7 +165,7 @@ BEGIN
                                   pg_catalog.set_config('idempotency.sql_edition_claims',
                                       COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), '')
                                       OPERATOR(pg_catalog.||) 'x', true)) END;
-                INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                     lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                 VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
                         lease_at, t_now, t_now, expires, expires, 'processing', 1)
@@ -202,7 +202,7 @@ BEGIN
                     saved_timeout := pg_catalog.current_setting('lock_timeout');
                     BEGIN
                         PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
-                        INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                        INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                             lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                         VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
                                 lease_at, t_now, t_now, expires, expires, 'processing', 1)
@@ -215,7 +215,7 @@ BEGIN
                 ELSE
                     -- a role the probe would tell more than its INSERT: the
                     -- INSERT waits for another transaction's row
-                    INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                    INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                         lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                     VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
                             lease_at, t_now, t_now, expires, expires, 'processing', 1)
@@ -324,7 +324,7 @@ BEGIN
                  WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
                    AND r.key OPERATOR(pg_catalog.=) idem_claim.key
                 RETURNING r.token)
-            INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+            INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                 lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
             SELECT idem_claim.scope, idem_claim.key, idem_claim.fingerprint,
                    GREATEST(old.token OPERATOR(pg_catalog.+) 1, tok),
