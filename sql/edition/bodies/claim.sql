@@ -324,7 +324,7 @@ BEGIN
                  WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
                    AND r.key OPERATOR(pg_catalog.=) idem_claim.key
                 RETURNING r.token)
-            INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
+            INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
                 lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
             SELECT idem_claim.scope, idem_claim.key, idem_claim.fingerprint,
                    GREATEST(old.token OPERATOR(pg_catalog.+) 1, tok),
