@@ -477,8 +477,9 @@ BEGIN
              WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
                AND r.key OPERATOR(pg_catalog.=) idem_await.key;
             found_row := FOUND;
-            EXIT WHEN NOT (found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
-                           AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+            -- an owner still at work? (a released record has no lease)
+            EXIT WHEN NOT COALESCE(found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
+                                   AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false);
         END LOOP;
     END IF;
     IF found_row THEN
