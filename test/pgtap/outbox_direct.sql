@@ -8,24 +8,13 @@
 BEGIN;
 SELECT plan(19);
 
--- The outbox's locks in either edition, as the C edition names them: its
--- lock classes 7457 (a key) and 7458 (a scope) in objsubid; the SQL
--- edition's are advisory locks (7457|7458, n), objsubid 2, whose shared
--- scope lock is a ShareLock where the C's is a RowExclusiveLock.
-CREATE TEMP VIEW outbox_locks AS
-SELECT locktype, CASE WHEN objsubid = 2 THEN classid::int ELSE objsubid::int END AS objsubid,
-       CASE WHEN objsubid = 2 AND mode = 'ShareLock' THEN 'RowExclusiveLock' ELSE mode END AS mode,
-       granted, pid
-  FROM pg_locks
- WHERE locktype = 'advisory' AND (objsubid IN (7457, 7458) OR (objsubid = 2 AND classid IN (7457, 7458)));
-
 DELETE FROM idem_outbox;
 CREATE TEMP TABLE m (name text PRIMARY KEY, id uuid);
 CREATE FUNCTION pg_temp.id(text) RETURNS uuid LANGUAGE sql AS $$ SELECT id FROM m WHERE name = $1 $$;
 CREATE FUNCTION pg_temp.seq(text) RETURNS bigint LANGUAGE sql AS
     $$ SELECT seq FROM idem_outbox WHERE id = (SELECT id FROM m WHERE name = $1) $$;
 CREATE FUNCTION pg_temp.locks(mode text, class integer) RETURNS bigint LANGUAGE sql AS
-    $$ SELECT count(*) FROM outbox_locks WHERE locktype = 'advisory' AND objsubid = class
+    $$ SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = class
                                        AND pid = pg_backend_pid() AND mode = $1 AND granted $$;
 -- what an ORM sends: the columns it maps; the rest take their defaults
 CREATE FUNCTION pg_temp.direct(name text, key text, scope text DEFAULT '') RETURNS uuid LANGUAGE sql AS $$

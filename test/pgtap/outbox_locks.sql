@@ -8,36 +8,25 @@
 BEGIN;
 SELECT plan(12);
 
--- The outbox's locks in either edition, as the C edition names them: its
--- lock classes 7457 (a key) and 7458 (a scope) in objsubid; the SQL
--- edition's are advisory locks (7457|7458, n), objsubid 2, whose shared
--- scope lock is a ShareLock where the C's is a RowExclusiveLock.
-CREATE TEMP VIEW outbox_locks AS
-SELECT locktype, CASE WHEN objsubid = 2 THEN classid::int ELSE objsubid::int END AS objsubid,
-       CASE WHEN objsubid = 2 AND mode = 'ShareLock' THEN 'RowExclusiveLock' ELSE mode END AS mode,
-       granted, pid
-  FROM pg_locks
- WHERE locktype = 'advisory' AND (objsubid IN (7457, 7458) OR (objsubid = 2 AND classid IN (7457, 7458)));
-
 -- the emits' lock on a key: one per (scope, topic, key), held to the end of
 -- the transaction, in a class of its own beside pg_advisory_lock's
 DELETE FROM idem_outbox;
 CREATE TEMP TABLE locks_before AS
-SELECT count(*) AS n FROM outbox_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid();
+SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid();
 SAVEPOINT locks;
 SELECT idem_outbox_emit('lock', 'k', '{}'), idem_outbox_emit('lock', 'k', '{}'),
        idem_outbox_emit('lock', 'k', '{}', scope => 'other'),
        idem_outbox_emit_batch('lock', '{a,b,a,k}', '{1,2,3,4}');
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
              AND mode = 'ExclusiveLock' AND granted) - (SELECT n FROM locks_before),
           4::bigint, 'emits hold one lock per key: (lock, k), (other, lock, k), (lock, a), (lock, b)');
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
              AND mode = 'RowExclusiveLock' AND granted),
           2::bigint, '... and one lock per scope, shared: the scopes '''' and other');
 ROLLBACK TO SAVEPOINT locks;
-SELECT is((SELECT count(*) FROM outbox_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
+SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
           0::bigint, 'a rolled-back subtransaction releases them');
 
@@ -47,24 +36,24 @@ SELECT is((SELECT count(*) FROM outbox_locks WHERE locktype = 'advisory' AND obj
 SAVEPOINT many;
 SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb)))
 FROM generate_series(1, 20000) g;
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
              AND mode = 'ExclusiveLock'),
           1::bigint, 'a batch of 20000 keys locks every key of its scope at once ...');
-SELECT is((SELECT count(*) FROM outbox_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
+SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
           0::bigint, '... and takes no key lock');
 SELECT idem_outbox_emit('bulk', 'one-more', '{}');
-SELECT is((SELECT count(*) FROM outbox_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
+SELECT is((SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid())
           - (SELECT n FROM locks_before),
           0::bigint, 'later emits of the transaction to the scope take none either');
 SELECT idem_outbox_emit('bulk', 'one-more', '{}', scope => 'tenant-b');
-SELECT is((SELECT array_agg(mode ORDER BY objsubid, mode) FROM outbox_locks
+SELECT is((SELECT array_agg(mode ORDER BY objsubid, mode) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
           '{ExclusiveLock,ExclusiveLock,RowExclusiveLock}',
           'an emit to another scope takes its key lock under that scope''s lock, shared');
 ROLLBACK TO SAVEPOINT many;
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
           0::bigint, 'the rollback of the subtransaction gives those locks back');
 
@@ -79,7 +68,7 @@ SELECT idem_outbox_emit('bulk', 'first', '{}', scope => 'tenant-b');
 SELECT cardinality(idem_outbox_emit_batch('bulk', array_agg('k' || g), array_agg('{}'::jsonb), scope => 'tenant-a'))
 FROM generate_series(1, 300) g;
 SELECT is((SELECT array_agg(DISTINCT objsubid || ' ' || mode || ' ' || count) FROM
-             (SELECT objsubid, mode, count(*) FROM outbox_locks
+             (SELECT objsubid, mode, count(*) FROM pg_locks
                WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()
                GROUP BY 1, 2) l),
           '{"7457 ExclusiveLock 1","7458 ExclusiveLock 1","7458 RowExclusiveLock 1"}',
@@ -92,7 +81,7 @@ ROLLBACK TO SAVEPOINT other_scope;
 -- which a bulk emit to the scope holds off
 SAVEPOINT retry;
 SELECT idem_outbox_lock_key('tenant-c', 't', 'k');
-SELECT is((SELECT array_agg(objsubid || ' ' || mode ORDER BY objsubid) FROM outbox_locks
+SELECT is((SELECT array_agg(objsubid || ' ' || mode ORDER BY objsubid) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid IN (7457, 7458) AND pid = pg_backend_pid()),
           '{"7457 ExclusiveLock","7458 RowExclusiveLock"}',
           'idem_outbox_lock_key takes the key''s lock under its scope''s');
@@ -103,11 +92,11 @@ ROLLBACK TO SAVEPOINT retry;
 SELECT idem_outbox_emit('later', 'first', '{}');
 SELECT cardinality(idem_outbox_emit_batch('later', array_agg('k' || g), array_agg('{}'::jsonb)))
 FROM generate_series(1, 300) g;
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7457 AND pid = pg_backend_pid()
              AND mode = 'ExclusiveLock') - (SELECT n FROM locks_before),
           1::bigint, 'after a first emit, a batch of 300 keys takes no more key locks ...');
-SELECT is((SELECT count(*) FROM outbox_locks
+SELECT is((SELECT count(*) FROM pg_locks
            WHERE locktype = 'advisory' AND objsubid = 7458 AND pid = pg_backend_pid()
              AND mode = 'ExclusiveLock'),
           1::bigint, '... but its scope''s lock, free at once');
