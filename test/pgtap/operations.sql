@@ -66,6 +66,24 @@ END
 $$;
 
 -- statistics -------------------------------------------------------------------------------------
+-- The SQL edition has no counters (README, "What needs the C library"):
+-- idem_stats and idem_stats_reset raise the same 55000, with a hint of its own.
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+SELECT results_eq($$SELECT * FROM pg_temp.error_of('SELECT * FROM idem_stats()')$$,
+                  $$VALUES ('55000', 'idempotency statistics are not available',
+                            'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, '
+                            'and pg_stat_user_functions (track_functions = pl).')$$,
+                  'the SQL edition: idem_stats raises 55000 with a hint');
+SELECT results_eq($$SELECT * FROM pg_temp.error_of('SELECT idem_stats_reset()')$$,
+                  $$VALUES ('55000', 'idempotency statistics are not available',
+                            'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, '
+                            'and pg_stat_user_functions (track_functions = pl).')$$,
+                  'and idem_stats_reset too');
+\else
 SELECT CASE WHEN current_setting('shared_preload_libraries') ~ '(^|[ ,])idempotency($|[ ,])'
     THEN skip('the library is preloaded: statistics are available (test/t covers them)', 2)
     ELSE collect_tap(
@@ -78,6 +96,7 @@ SELECT CASE WHEN current_setting('shared_preload_libraries') ~ '(^|[ ,])idempote
                              'Add idempotency to shared_preload_libraries and restart the server.')$$,
                    'and idem_stats_reset too'))
     END;
+\endif
 
 -- idem_await: arguments --------------------------------------------------------------------------------
 SELECT throws_ok($$SELECT * FROM idem_await(NULL)$$, '22004', 'idempotency key must not be null', 'a NULL key: 22004');
