@@ -1,3 +1,4 @@
+-- idem-test: c-edition-only: the C edition's saved SPI plans and its reload of the extension's objects; the SQL edition keeps no plan of its own (PL/pgSQL's are per function) and its bodies hold the schema's name, which the test renames
 --
 -- A call nested in another (here: from a trigger on idempotency_records,
 -- fired by the outer idem_claim's INSERT) must never free the prepared
