@@ -84,7 +84,7 @@ SELECT results_eq($$SELECT signature, proconfig::text COLLATE "default" FROM ext
                            ('idem_sql_maint_role_tenants(name)', '{"search_path=pg_catalog, pg_temp"}'),
                            ('idem_sql_token_epoch_advance()', '{"search_path=pg_catalog, pg_temp"}'),
                            ('idem_sql_token_epoch_now()', '{"search_path=pg_catalog, pg_temp"}'),
-                           ('idem_sql_token_move_timeline(bigint)', '{"search_path=pg_catalog, pg_temp"}')$$,
+                           ('idem_sql_token_move_timeline()', '{"search_path=pg_catalog, pg_temp"}')$$,
                   'the SQL edition: the only SECURITY DEFINER functions are its internal helpers that read the machine '
                   'definitions, a role''s own tenants and the token epoch, and advance or move the epoch, '
                   'each with search_path = pg_catalog, pg_temp');
@@ -131,11 +131,10 @@ SELECT is_empty($$SELECT name FROM ext_relations
 -- The SQL edition: the same, and its internal helpers, which are called as
 -- the caller (the functions above run them so) but for the SECURITY DEFINER
 -- ones, which only read what PUBLIC may read (the machine definitions, the
--- token epoch), answer a role only its own tenants, or advance the token
--- epoch by one, as any deletion of a record does.  Not among them:
--- idem_sql_token_move_timeline(bigint), which moves the epoch by 2^24 for
--- whatever timeline it is given: PUBLIC calling it at will would exhaust the
--- tokens' epochs (the C edition's move happens only inside a claim).
+-- token epoch), answer a role only its own tenants, advance the token epoch
+-- by one, as any deletion of a record does, or move it once for a new
+-- timeline of the server, which the helper reads itself (one that took the
+-- timeline from its caller would let PUBLIC exhaust the epochs, 2^24 a call).
 SELECT set_eq(
     $$SELECT signature FROM ext_functions f
       WHERE (SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
@@ -154,7 +153,6 @@ SELECT set_eq(
              ('idem_sql_arg_headers(jsonb)'), ('idem_sql_arg_key(text,text)'), ('idem_sql_arg_not_null(anyelement,text)'),
              ('idem_sql_arg_scope(text)'), ('idem_sql_arg_token(bigint)'), ('idem_sql_check_length(text,text)'),
              ('idem_sql_check_record_shape()'), ('idem_sql_in_tenant(text)'),
-             ('idem_sql_inbox_setting(text,integer,integer,integer,boolean)'),
              ('idem_sql_machine_check(text,"char",text,text,text,text,text)'),
              ('idem_sql_machine_column(oid,text,text,text)'), ('idem_sql_machine_how(oid)'),
              ('idem_sql_machine_note(text,jsonb)'), ('idem_sql_machine_row(jsonb,text[],text)'),
@@ -176,10 +174,10 @@ SELECT set_eq(
              ('idem_sql_token_check_timeline()'), ('idem_sql_token_epoch_advance()'), ('idem_sql_token_epoch_now()'),
              ('idem_sql_token_epoch_of(bigint)'), ('idem_sql_token_epoch_read(integer)'),
              ('idem_sql_token_epoch_require_room(bigint,bigint)'), ('idem_sql_token_first()'),
-             ('idem_sql_token_next(bigint)'), ('idem_sql_token_shift()')$$,
+             ('idem_sql_token_move_timeline()'), ('idem_sql_token_next(bigint)'), ('idem_sql_token_shift()')$$,
     'PUBLIC may execute only what it may in the C edition (pure functions, readers of definitions and counters, the build''s '
     'identity, trigger functions, idem_transition, idem_outbox_stuck, idem_outbox_next_seq) and the SQL edition''s internal '
-    'helpers named here, none of which writes beyond the caller''s rights but for a step of the token epoch');
+    'helpers named here, none of which writes beyond the caller''s rights but for the token epoch''s steps');
 \else
 SELECT results_eq(
     $$SELECT signature FROM ext_functions f
