@@ -255,8 +255,9 @@ idem_sql_edition_tree() {
     idem_as_root mkdir -p "$dir$lib" "$dir$share"
     idem_as_root cp -a "$lib/." "$dir$lib/"
     idem_as_root cp -a "$share/." "$dir$share/"
-    idem_as_root rm -f "$dir$lib"/lib/idempotency* "$dir$lib"/lib/bitcode/idempotency.index.bc \
-        "$dir$share"/extension/idempotency*
+    # the router (SQL for PL/Proxy's proxy database) is no part of either edition
+    idem_as_root rm -f "$dir$lib"/lib/idempotency.so "$dir$lib"/lib/bitcode/idempotency.index.bc \
+        "$dir$share"/extension/idempotency.control "$dir$share"/extension/idempotency--*
     idem_as_root rm -rf "$dir$lib"/lib/bitcode/idempotency "$dir$lib/include/server/extension/idempotency"
     if ! compgen -G "$IDEM_ROOT/sql/edition/idempotency--*[0-9].sql" >/dev/null; then
         idem_log "sql/edition has no extension script: make -C sql/edition (or draft)"
@@ -264,7 +265,8 @@ idem_sql_edition_tree() {
     fi
     idem_as_root cp "$IDEM_ROOT/sql/edition/idempotency.control" \
         "$IDEM_ROOT"/sql/edition/idempotency--*[0-9].sql "$dir$share/extension/"
-    if find "$dir" -name 'idempotency*' | grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
+    if find "$dir" -name 'idempotency*' -not -name 'idempotency_router*' |
+        grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
         idem_log "the SQL edition's tree still holds a file of the C edition:"
         find "$dir" -name 'idempotency*' >&2
         return 1

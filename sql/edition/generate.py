@@ -124,7 +124,9 @@ def read_bodies():
             seen[key] = name
             # comment lines before LANGUAGE are the reader's, not the script's
             block = re.sub(r'\A(\s*--[^\n]*\n)*', '', block).strip()
-            m = re.match(r'LANGUAGE\s+(plpgsql|sql)\b(.*?)\n\s*AS\s+(.*?);?\s*$', block, re.S | re.I)
+            # AS '...' / AS $x$...$x$, or a SQL-standard body (RETURN / BEGIN ATOMIC)
+            m = re.match(r'LANGUAGE\s+(plpgsql|sql)\b(.*?)\n\s*((?:AS|RETURN|BEGIN\s+ATOMIC)\s+.*?);?\s*$',
+                         block, re.S | re.I)
             if not m:
                 fail('%s: the body of %s is not "LANGUAGE plpgsql|sql ... AS ...;"' % (name, key))
             bodies[key] = (m.group(1), m.group(2).strip(), m.group(3).rstrip(), name)
@@ -219,7 +221,7 @@ class Edition:
             if not ALLOW_MISSING:
                 fail('no body for %s (declared in %s)' % (key, path))
             # development only (--allow-missing): never committed
-            self.bodies[key] = ('plpgsql', '', "$missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: %s' USING ERRCODE = '0A000'; END$missing$" % key, path)
+            self.bodies[key] = ("plpgsql", "", "AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: %s' USING ERRCODE = '0A000'; END$missing$" % key, path)
         return self.bodies[key]
 
     def definition(self, key, header, attrs, path):
@@ -227,10 +229,14 @@ class Edition:
         self.used.add(key)
         # the house rule (README "How the functions run"): every SQL and
         # PL/pgSQL function pins search_path; a body may pin it itself
-        if not re.search(r'\bSET\s+search_path\b', extra, re.I):
+        # (not a SQL-standard body: its names are bound at creation)
+        standard = re.match(r'(RETURN|BEGIN\s+ATOMIC)\b', body, re.I)
+        if not standard and not re.search(r'\bSET\s+search_path\b', extra, re.I):
             extra = (extra + ' ' if extra else '') + 'SET search_path = pg_catalog, pg_temp'
-        options = ' '.join([language] + attrs + [extra])
-        return '%s\nLANGUAGE %s\nAS %s;' % (header, options, body)
+        options = ' '.join([language] + attrs + ([extra] if extra else []))
+        # the version of the code, which is these bodies (idem_version)
+        body = body.replace('@edition_version@', version_of(self.chain))
+        return '%s\nLANGUAGE %s\n%s;' % (header, options, body)
 
     def substitute(self, path):
         text = chain_text(path)

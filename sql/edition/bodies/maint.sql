@@ -474,8 +474,8 @@ $body$;
 
 --@ idem_version()
 -- library_version: the version of the edition's code, which is these SQL
--- objects themselves (kept in step with sql/edition/Makefile's VERSION: a
--- later version's script re-creates this body); sql_version: the
+-- objects themselves (generate.py writes the chain's version for
+-- @edition_version@, and a later version's script re-creates this body); sql_version: the
 -- extension's extversion, or without an extension (the plain install) the
 -- same version as the code; build_id: the edition instead of the build's
 -- identity (README, "What needs the C library"); postgresql_major: the
@@ -490,7 +490,7 @@ BEGIN
        AND d.objid OPERATOR(pg_catalog.=) '@extschema@.idem_version()'::pg_catalog.regprocedure
        AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
        AND d.deptype OPERATOR(pg_catalog.=) 'e';
-    library_version := '0.3.0';
+    library_version := '@edition_version@';   -- generate.py: the chain's version
     sql_version := coalesce(sql_version, library_version);
     build_id := 'SQL edition';
     postgresql_major := pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog./) 10000;
