@@ -1,4 +1,3 @@
--- idem-test: c-edition-only: idempotency_router, the extension of a PL/Proxy proxy, is not part of the SQL edition (README, What needs the C library: Scaling out)
 --
 -- idempotency_router, the extension of a sharded deployment's proxy
 -- database (README "Scaling out").  Here beside the extension itself, in a
