@@ -102,11 +102,13 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                     AND (signature NOT LIKE 'idem\_sql\_%' OR prosecdef)$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard) '
                 'or it is an internal idem_sql_* helper of the SQL edition that is not SECURITY DEFINER');
-SELECT results_eq($$SELECT signature FROM ext_functions
+SELECT results_eq($$SELECT signature, sql_standard_body FROM ext_functions
                     WHERE proconfig IS NULL AND lanname <> 'c' AND signature NOT LIKE 'idem\_sql\_%' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
-                  'the only ones without SET search_path, besides the SQL edition''s internal helpers, '
-                  'are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
+                  $$VALUES ('idem_consumer_in_scope(text)', true), ('idem_outbox_next_seq()', true),
+                           ('idem_scope_in_tenant(text)', true)$$,
+                  'the only ones without SET search_path, besides the SQL edition''s internal helpers, are '
+                  'idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, and '
+                  'idem_outbox_next_seq, inlined as idem_outbox.seq''s default: SQL-standard bodies, bound at creation');
 \else
 SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
@@ -163,9 +165,8 @@ SELECT set_eq(
              ('idem_sql_outbox_check_element(text,text,jsonb,text,jsonb,text)'),
              ('idem_sql_outbox_check_emit(text,text,jsonb,text,jsonb,text,interval,timestamp with time zone)'),
              ('idem_sql_outbox_check_key_bytes(integer)'), ('idem_sql_outbox_check_name(text,text)'),
-             ('idem_sql_outbox_lock_scope(bigint,integer)'), ('idem_sql_outbox_max_key_length()'),
-             ('idem_sql_outbox_notify_on(text)'), ('idem_sql_outbox_uuid(bigint)'),
-             ('idem_sql_outbox_uuid_first(timestamp with time zone,integer)'),
+             ('idem_sql_outbox_lock_scope(bigint,integer)'), ('idem_sql_outbox_notify_on(text)'),
+             ('idem_sql_outbox_uuid(bigint)'), ('idem_sql_outbox_uuid_first(timestamp with time zone,integer)'),
              ('idem_sql_owner_miss(text,text,bigint,text,text,jsonb,jsonb,jsonb,boolean,integer,boolean)'),
              ('idem_sql_removal_reuse_begin(text,text,bigint)'), ('idem_sql_removal_reuse_end(text)'),
              ('idem_sql_removal_reuse_take(text,text,bigint)'), ('idem_sql_require_tenant(regclass,text,text)'),
