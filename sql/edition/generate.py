@@ -4,7 +4,8 @@
 The SQL edition is the C edition's install script with each C function's
 declaration kept (name, argument names, defaults, result, volatility,
 strictness, parallel safety, rows) and only its `AS 'MODULE_PATHNAME', ...
-LANGUAGE C` replaced by a body from sql/edition/bodies/*.sql.  Every table,
+LANGUAGE C` replaced by a body from sql/edition/bodies/*.sql, with
+`SET search_path = pg_catalog, pg_temp` unless the body sets it.  Every table,
 view, policy, grant and PL/pgSQL function therefore has one definition, the
 chain's.  A bodies file holds blocks, each headed by the declaration's key:
 
@@ -138,7 +139,11 @@ def edition_script(chain):
             language, extra, body, _ = bodies[key]
             used.add(key)
             attrs = [a for a in attrs]
-            options = ' '.join([language] + attrs + ([extra] if extra else []))
+            # the house rule (README "How the functions run"): every SQL and
+            # PL/pgSQL function pins search_path; a body may pin it itself
+            if not re.search(r'\bSET\s+search_path\b', extra, re.I):
+                extra = (extra + ' ' if extra else '') + 'SET search_path = pg_catalog, pg_temp'
+            options = ' '.join([language] + attrs + [extra])
             out.append(text[pos:start])
             out.append('%s\nLANGUAGE %s\nAS %s;' % (header, options, body))
             pos = end
