@@ -12,123 +12,19 @@
 -- shared-memory counters, so nothing is counted (idem_count).
 
 --@ internal
--- idem_arg_headers (src/validation.c): NULL, or a JSON object of HTTP field
--- names (tokens, RFC 9110 5.6.2; not one the server writes itself; no two
--- that differ only in case) to a string or an array of strings of visible
--- ASCII, spaces and tabs.  Checked in the jsonb's own order of keys, as the
--- C edition iterates them, so the first fault found is the same.
-CREATE FUNCTION @extschema@.idem_sql_owner_headers(headers jsonb)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $f$
-DECLARE
-    item record;
-    v text;
-    bad text;
-    prev text;
-BEGIN
-    IF headers IS NULL THEN
-        RETURN;
-    END IF;
-    IF pg_catalog.jsonb_typeof(headers) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'headers must be a JSON object'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The value given is a JSON %s.',
-                      CASE pg_catalog.jsonb_typeof(headers) WHEN 'array' THEN 'array' ELSE 'scalar' END),
-                  HINT = 'Pass an object of header names and values, such as {"Location": "/orders/7"}.';
-    END IF;
-    FOR item IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(headers) e LOOP
-        IF item.key OPERATOR(pg_catalog.=) '' THEN
-            RAISE EXCEPTION 'header name must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF item.key COLLATE "C" OPERATOR(pg_catalog.~) '[^!#$%&''*+.^_`|~0-9A-Za-z-]' THEN
-            RAISE EXCEPTION 'invalid header name "%"', item.key
-                USING ERRCODE = '22023',
-                      DETAIL = 'A header name consists of letters, digits and the characters !#$%&''*+-.^_`|~.';
-        END IF;
-        IF pg_catalog.lower(item.key COLLATE "C") OPERATOR(pg_catalog.=) ANY
-           ('{connection,content-length,keep-alive,proxy-connection,te,trailer,transfer-encoding,upgrade}'::pg_catalog.text[]) THEN
-            RAISE EXCEPTION 'header "%" cannot be saved', item.key
-                USING ERRCODE = '22023',
-                      DETAIL = 'The server writes it for each answer it sends: Content-Length and Transfer-Encoding frame the body, the others belong to the connection.';
-        END IF;
-        IF pg_catalog.jsonb_typeof(item.value) OPERATOR(pg_catalog.=) 'string' THEN
-            v := item.value OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[];
-        ELSIF pg_catalog.jsonb_typeof(item.value) OPERATOR(pg_catalog.=) 'array' THEN
-            -- every element a string; their bytes are checked together below
-            -- (the first bad byte of the first bad element decides the error)
-            v := NULL;
-            FOR bad IN
-                SELECT CASE WHEN pg_catalog.jsonb_typeof(a.elem) OPERATOR(pg_catalog.=) 'string'
-                            THEN a.elem OPERATOR(pg_catalog.#>>) '{}'::pg_catalog.text[] END
-                  FROM pg_catalog.jsonb_array_elements(item.value) a(elem)
-            LOOP
-                IF bad IS NULL THEN
-                    RAISE EXCEPTION 'value of header "%" must be a string or an array of strings', item.key
-                        USING ERRCODE = '22023',
-                              HINT = 'Save a header with several values as an array of strings, one per value.';
-                END IF;
-                PERFORM @extschema@.idem_sql_owner_header_value(item.key, bad);
-            END LOOP;
-        ELSE
-            RAISE EXCEPTION 'value of header "%" must be a string or an array of strings', item.key
-                USING ERRCODE = '22023',
-                      HINT = 'Save a header with several values as an array of strings, one per value.';
-        END IF;
-        IF v IS NOT NULL THEN
-            PERFORM @extschema@.idem_sql_owner_header_value(item.key, v);
-        END IF;
-    END LOOP;
-    -- names are case-insensitive: the first two equal ones in the C
-    -- edition's sorted order (pg_strcasecmp; equal names keep their order)
-    prev := NULL;
-    FOR item IN SELECT e.key, e.n FROM pg_catalog.jsonb_object_keys(headers) WITH ORDINALITY e(key, n)
-                 ORDER BY pg_catalog.lower(e.key COLLATE "C") COLLATE "C", e.n LOOP
-        IF prev IS NOT NULL AND pg_catalog.lower(prev COLLATE "C") OPERATOR(pg_catalog.=) pg_catalog.lower(item.key COLLATE "C") THEN
-            RAISE EXCEPTION 'header "%" is given twice', item.key
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('Header names are case-insensitive: "%s" and "%s" name the same header.', prev, item.key),
-                      HINT = 'Save a header with several values as one array of strings.';
-        END IF;
-        prev := item.key;
-    END LOOP;
-END
-$f$;
-
--- check_header_value (src/validation.c): the first byte that is neither a
--- tab nor visible ASCII or a space decides: CR or LF, or another.
-CREATE FUNCTION @extschema@.idem_sql_owner_header_value(name text, value text)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-AS $f$
-DECLARE
-    bad text := pg_catalog.substring(value COLLATE "C", '[^\t -~]');
-BEGIN
-    IF bad IS NULL THEN
-        RETURN;
-    END IF;
-    IF bad OPERATOR(pg_catalog.=) ANY (ARRAY[E'\r', E'\n']) THEN
-        RAISE EXCEPTION 'value of header "%" contains a line break', name
-            USING ERRCODE = '22023', DETAIL = 'Header values cannot contain CR or LF characters.';
-    END IF;
-    RAISE EXCEPTION 'value of header "%" contains a character that cannot be sent', name
-        USING ERRCODE = '22023',
-              DETAIL = 'Header values consist of visible ASCII characters, spaces and tabs.',
-              HINT = 'Encode other text, for example as RFC 8187 does.';
-END
-$f$;
-
 -- explain_owner_miss (src/lifecycle.c): an owner's UPDATE matched nothing.
 -- Raises IK004 (no record), IK002 (another token, or released), or IK003
 -- (not in progress); returns for a repeat with the same token and values of
 -- a call that already took effect (want_status not NULL: complete, fail,
 -- mark unknown; want_code compared only if compare_code).
 CREATE FUNCTION @extschema@.idem_sql_owner_miss(
-    p_scope text, p_key text, p_token bigint, action text,
-    want_status text, want_result jsonb, want_error jsonb, want_headers jsonb,
-    compare_code boolean, want_code integer, want_retryable boolean)
+    p_scope pg_catalog.text, p_key pg_catalog.text, p_token pg_catalog.int8, action pg_catalog.text,
+    want_status pg_catalog.text, want_result pg_catalog.jsonb, want_error pg_catalog.jsonb,
+    want_headers pg_catalog.jsonb, compare_code pg_catalog.bool, want_code pg_catalog.int4,
+    want_retryable pg_catalog.bool)
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $f$
 DECLARE
     r record;
@@ -182,9 +78,17 @@ AS $body$
 DECLARE
     t_now pg_catalog.timestamptz;
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_args(idem_complete.key, idem_complete.token, idem_complete.scope);
+    IF idem_complete.key IS NULL OR idem_complete.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_complete.key) OPERATOR(pg_catalog.>) 255
+       OR idem_complete.token IS NULL OR idem_complete.token OPERATOR(pg_catalog.<=) 0
+       OR idem_complete.scope IS NULL OR pg_catalog.octet_length(idem_complete.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_complete.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_token(idem_complete.token);
+        PERFORM @extschema@.idem_sql_arg_scope(idem_complete.scope);
+    END IF;
     IF idem_complete.headers IS NOT NULL THEN
-        PERFORM @extschema@.idem_sql_owner_headers(idem_complete.headers);
+        PERFORM @extschema@.idem_sql_arg_headers(idem_complete.headers);
     END IF;
     t_now := pg_catalog.clock_timestamp();
     UPDATE @extschema@.idempotency_records
@@ -222,7 +126,15 @@ AS $body$
 DECLARE
     t_now pg_catalog.timestamptz;
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_args(idem_fail.key, idem_fail.token, idem_fail.scope);
+    IF idem_fail.key IS NULL OR idem_fail.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_fail.key) OPERATOR(pg_catalog.>) 255
+       OR idem_fail.token IS NULL OR idem_fail.token OPERATOR(pg_catalog.<=) 0
+       OR idem_fail.scope IS NULL OR pg_catalog.octet_length(idem_fail.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_fail.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_token(idem_fail.token);
+        PERFORM @extschema@.idem_sql_arg_scope(idem_fail.scope);
+    END IF;
     IF idem_fail.error IS NULL THEN
         RAISE EXCEPTION 'error must not be null' USING ERRCODE = '22004';
     END IF;
@@ -230,7 +142,7 @@ BEGIN
         RAISE EXCEPTION 'retryable must not be null' USING ERRCODE = '22004';
     END IF;
     IF idem_fail.headers IS NOT NULL THEN
-        PERFORM @extschema@.idem_sql_owner_headers(idem_fail.headers);
+        PERFORM @extschema@.idem_sql_arg_headers(idem_fail.headers);
     END IF;
     t_now := pg_catalog.clock_timestamp();
     UPDATE @extschema@.idempotency_records
@@ -271,10 +183,21 @@ DECLARE
     lease pg_catalog.timestamptz;
     stored pg_catalog.timestamptz;
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_args(idem_checkpoint.key, idem_checkpoint.token, idem_checkpoint.scope);
+    IF idem_checkpoint.key IS NULL OR idem_checkpoint.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_checkpoint.key) OPERATOR(pg_catalog.>) 255
+       OR idem_checkpoint.token IS NULL OR idem_checkpoint.token OPERATOR(pg_catalog.<=) 0
+       OR idem_checkpoint.scope IS NULL OR pg_catalog.octet_length(idem_checkpoint.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_checkpoint.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_token(idem_checkpoint.token);
+        PERFORM @extschema@.idem_sql_arg_scope(idem_checkpoint.scope);
+    END IF;
     t_now := pg_catalog.clock_timestamp();
     IF idem_checkpoint.extend_lease IS NOT NULL THEN
-        lease := @extschema@.idem_sql_owner_add_interval(t_now, idem_checkpoint.extend_lease, 'extend_lease');
+        lease := t_now OPERATOR(pg_catalog.+) idem_checkpoint.extend_lease;
+        IF lease OPERATOR(pg_catalog.<=) t_now OR NOT pg_catalog.isfinite(lease) THEN
+            lease := @extschema@.idem_sql_add_interval(t_now, idem_checkpoint.extend_lease, 'extend_lease');
+        END IF;
     END IF;
     UPDATE @extschema@.idempotency_records
        SET recovery_point = COALESCE(idem_checkpoint.recovery_point, recovery_point),
@@ -301,7 +224,15 @@ AS $body$
 DECLARE
     next_token pg_catalog.int8;
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_args(idem_release.key, idem_release.token, idem_release.scope);
+    IF idem_release.key IS NULL OR idem_release.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_release.key) OPERATOR(pg_catalog.>) 255
+       OR idem_release.token IS NULL OR idem_release.token OPERATOR(pg_catalog.<=) 0
+       OR idem_release.scope IS NULL OR pg_catalog.octet_length(idem_release.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_release.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_token(idem_release.token);
+        PERFORM @extschema@.idem_sql_arg_scope(idem_release.scope);
+    END IF;
     next_token := @extschema@.idem_sql_token_next(idem_release.token);
     UPDATE @extschema@.idempotency_records
        SET token = GREATEST(token OPERATOR(pg_catalog.+) 1, next_token), lease_expires_at = NULL,
@@ -323,7 +254,15 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_args(idem_mark_unknown.key, idem_mark_unknown.token, idem_mark_unknown.scope);
+    IF idem_mark_unknown.key IS NULL OR idem_mark_unknown.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_mark_unknown.key) OPERATOR(pg_catalog.>) 255
+       OR idem_mark_unknown.token IS NULL OR idem_mark_unknown.token OPERATOR(pg_catalog.<=) 0
+       OR idem_mark_unknown.scope IS NULL OR pg_catalog.octet_length(idem_mark_unknown.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_mark_unknown.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_token(idem_mark_unknown.token);
+        PERFORM @extschema@.idem_sql_arg_scope(idem_mark_unknown.scope);
+    END IF;
     IF idem_mark_unknown.detail IS NULL THEN
         RAISE EXCEPTION 'detail must not be null' USING ERRCODE = '22004';
     END IF;
@@ -352,9 +291,15 @@ DECLARE
     t_now pg_catalog.timestamptz;
     current_status pg_catalog.text;
 BEGIN
-    PERFORM @extschema@.idem_sql_owner_key_scope(idem_resolve.key, idem_resolve.scope);
+    IF idem_resolve.key IS NULL OR idem_resolve.key OPERATOR(pg_catalog.=) ''
+       OR pg_catalog.octet_length(idem_resolve.key) OPERATOR(pg_catalog.>) 255
+       OR idem_resolve.scope IS NULL OR pg_catalog.octet_length(idem_resolve.scope) OPERATOR(pg_catalog.>) 255
+       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM @extschema@.idem_sql_arg_key(idem_resolve.key, 'idempotency key');
+        PERFORM @extschema@.idem_sql_arg_scope(idem_resolve.scope);
+    END IF;
     IF idem_resolve.headers IS NOT NULL THEN
-        PERFORM @extschema@.idem_sql_owner_headers(idem_resolve.headers);
+        PERFORM @extschema@.idem_sql_arg_headers(idem_resolve.headers);
     END IF;
     IF idem_resolve.status IS NULL THEN
         RAISE EXCEPTION 'status must not be null' USING ERRCODE = '22004';
