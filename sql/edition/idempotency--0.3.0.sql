@@ -3,6 +3,50 @@
 
 \echo Use "CREATE EXTENSION idempotency" to load this file. \quit
 
+/* The SQL edition's own helpers (sql/edition/bodies). */
+
+-- from sql/edition/bodies/inbox.sql
+-- An integer setting of the extension (a placeholder without the library):
+-- its value in the setting's unit, as the C edition's GUC would parse it
+-- (src/idempotency.c): an integer, or a number with a unit of time for
+-- settings in seconds ("2h", "90min", "1.5d").  Unset or empty: dflt.
+CREATE FUNCTION @extschema@.idem_sql_inbox_setting(name text, dflt integer, lo integer, hi integer,
+                                                   in_seconds boolean)
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    raw text := pg_catalog.current_setting(name, true);
+    parts text[];
+    value numeric;
+BEGIN
+    IF raw IS NULL OR raw = '' THEN
+        RETURN dflt;
+    END IF;
+    parts := pg_catalog.regexp_match(raw, '^\s*([-+]?[0-9]+(?:\.[0-9]*)?|[-+]?\.[0-9]+)\s*([a-z]*)\s*$');
+    IF parts IS NULL OR (parts[2] <> '' AND NOT in_seconds) OR (parts[1] ~ '\.' AND NOT in_seconds)
+       OR parts[2] NOT IN ('', 'us', 'ms', 's', 'min', 'h', 'd') THEN
+        IF in_seconds THEN
+            RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw
+                USING ERRCODE = '22023',
+                      HINT = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".';
+        END IF;
+        RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
+    END IF;
+    value := parts[1]::numeric * CASE parts[2] WHEN 'us' THEN 0.000001 WHEN 'ms' THEN 0.001
+                                               WHEN 'min' THEN 60 WHEN 'h' THEN 3600
+                                               WHEN 'd' THEN 86400 ELSE 1 END;
+    value := pg_catalog.round(value);
+    IF value < lo OR value > hi THEN
+        RAISE EXCEPTION '% is outside the valid range for parameter "%" (% .. %)',
+            value || CASE WHEN in_seconds THEN ' s' ELSE '' END, name, lo, hi
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN value;
+END
+$fn$;
+
 /* idempotency--0.1.0.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
@@ -294,7 +338,133 @@ CREATE FUNCTION @extschema@.idem_inbox_accept(
     wait boolean DEFAULT true)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_inbox_accept(text, text, interval, boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
+    max_len integer := 255;
+    now_ts timestamptz;
+    expires timestamptz;
+    lock_timeout_was text;
+    inserted boolean := false;
+BEGIN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+    END IF;
+    IF idem_inbox_accept.consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept.consumer), max_len);
+    END IF;
+    IF idem_inbox_accept.message_id IS NULL THEN
+        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept.message_id), max_len);
+    END IF;
+    now_ts := pg_catalog.clock_timestamp();
+    IF idem_inbox_accept.retention IS NULL THEN
+        setting := pg_catalog.current_setting('idempotency.retention', true);
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+            expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
+        ELSE
+            expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
+                @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
+        END IF;
+    ELSE
+        expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention;
+        IF expires OPERATOR(pg_catalog.<=) now_ts THEN
+            RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept.retention);
+        END IF;
+        IF NOT pg_catalog.isfinite(expires) THEN
+            RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF idem_inbox_accept.wait IS NULL THEN
+        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
+    END IF;
+
+    IF NOT idem_inbox_accept.wait THEN
+        -- the probe: the INSERT, refused at once where it would wait (see the top)
+        LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
+        lock_timeout_was := pg_catalog.current_setting('lock_timeout');
+        FOR attempt IN 1 .. 2 LOOP
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+                VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
+                ON CONFLICT (consumer, message_id) DO NOTHING;
+                inserted := FOUND;
+                PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                IF attempt OPERATOR(pg_catalog.=) 2 THEN
+                    RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
+                        idem_inbox_accept.message_id, idem_inbox_accept.consumer
+                        USING ERRCODE = '55P03',
+                              DETAIL = 'Another transaction is accepting it, or purging it.',
+                              HINT = 'Retry after that transaction ends, or call with wait => true to wait for it.';
+                END IF;
+            END;
+        END LOOP;
+        IF inserted THEN
+            RETURN true;
+        END IF;
+    END IF;
+
+    -- Not inserted: the message is there, or it expired and this call
+    -- revives it.  When the row vanished in between (a purge committed),
+    -- insert again.
+    FOR round IN 0 .. 8 LOOP
+        IF round OPERATOR(pg_catalog.>) 0 OR idem_inbox_accept.wait THEN
+            INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+            VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
+            ON CONFLICT (consumer, message_id) DO NOTHING;
+            IF FOUND THEN
+                RETURN true;
+            END IF;
+        END IF;
+        UPDATE @extschema@.idem_inbox AS i SET expires_at = expires
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id
+          AND i.expires_at OPERATOR(pg_catalog.<=) now_ts;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        PERFORM FROM @extschema@.idem_inbox AS i
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id;
+        IF FOUND THEN
+            RETURN false;               -- a live duplicate
+        END IF;
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+            RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
+                idem_inbox_accept.message_id, idem_inbox_accept.consumer
+                USING ERRCODE = '42501',
+                      DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
+                      HINT = 'Check idempotency.scope and the policies of idem_inbox.';
+        END IF;
+        IF round OPERATOR(pg_catalog.=) 8 THEN
+            RAISE EXCEPTION 'could not accept message "%" because of concurrent changes',
+                idem_inbox_accept.message_id
+                USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+        END IF;
+        -- purged since the INSERT looked: insert again
+    END LOOP;
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_inbox_accept(text, text, interval, boolean) IS
     'true the first time a consumer sees a message (within retention), false for a duplicate';
@@ -306,7 +476,107 @@ CREATE FUNCTION @extschema@.idem_inbox_accept_seq(
     accept_gap boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_inbox_accept_seq(text, text, bigint, boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
+    max_len integer := 255;
+    now_ts timestamptz;
+    mark bigint;
+    result text;
+BEGIN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+    END IF;
+    IF idem_inbox_accept_seq.consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept_seq.consumer), max_len);
+    END IF;
+    IF idem_inbox_accept_seq.stream IS NULL THEN
+        RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept_seq.stream), max_len);
+    END IF;
+    IF idem_inbox_accept_seq.seq IS NULL THEN
+        RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_inbox_accept_seq.accept_gap IS NULL THEN
+        RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The sequence number given was %s.', idem_inbox_accept_seq.seq);
+    END IF;
+    now_ts := pg_catalog.clock_timestamp();
+
+    -- the common case, seq = watermark + 1, in one statement
+    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.>) 0 THEN
+        UPDATE @extschema@.idem_inbox_streams AS s
+        SET watermark = idem_inbox_accept_seq.seq, updated_at = now_ts
+        WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
+          AND s.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq.stream
+          AND s.watermark OPERATOR(pg_catalog.=) (idem_inbox_accept_seq.seq OPERATOR(pg_catalog.-) 1);
+        IF FOUND THEN
+            RETURN 'new';
+        END IF;
+    END IF;
+
+    FOR round IN 0 .. 8 LOOP
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+            RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
+                idem_inbox_accept_seq.stream, idem_inbox_accept_seq.consumer
+                USING ERRCODE = '42501',
+                      DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
+                      HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
+        END IF;
+        IF round OPERATOR(pg_catalog.=) 8 THEN
+            RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
+                idem_inbox_accept_seq.seq, idem_inbox_accept_seq.stream
+                USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+        END IF;
+
+        SELECT s.watermark INTO mark FROM @extschema@.idem_inbox_streams AS s
+        WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
+          AND s.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq.stream
+        FOR UPDATE;
+        IF NOT FOUND THEN
+            INSERT INTO @extschema@.idem_inbox_streams AS s (consumer, stream, watermark, updated_at)
+            VALUES (idem_inbox_accept_seq.consumer, idem_inbox_accept_seq.stream,
+                    idem_inbox_accept_seq.seq, now_ts)
+            ON CONFLICT (consumer, stream) DO NOTHING;
+            IF FOUND THEN
+                RETURN 'new';
+            END IF;
+            CONTINUE;                   -- created concurrently: lock it and look again
+        END IF;
+        IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<=) mark THEN
+            RETURN 'duplicate';
+        END IF;
+        result := CASE WHEN idem_inbox_accept_seq.seq OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1)
+                       THEN 'new' ELSE 'gap' END;
+        IF result OPERATOR(pg_catalog.=) 'new' OR idem_inbox_accept_seq.accept_gap THEN
+            UPDATE @extschema@.idem_inbox_streams AS s
+            SET watermark = idem_inbox_accept_seq.seq, updated_at = now_ts
+            WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
+              AND s.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq.stream;
+        END IF;
+        RETURN result;
+    END LOOP;
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_inbox_accept_seq(text, text, bigint, boolean) IS
     'ordered de-duplication by watermark: new | duplicate | gap';
@@ -2901,7 +3171,220 @@ CREATE FUNCTION @extschema@.idem_inbox_accept_many(
     wait boolean DEFAULT true)
 RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE ROWS 100
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_inbox_accept_many(text, text[], interval, boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
+    max_len integer := 255;
+    now_ts timestamptz := pg_catalog.clock_timestamp();
+    expires timestamptz;
+    bad_n bigint;
+    bad_id text;
+    ndistinct integer;
+    pending text[];             -- the ids not decided yet, in key order
+    got text[];
+    accepted text[];
+    cur text;
+    lock_timeout_was text;
+BEGIN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+    END IF;
+    IF idem_inbox_accept_many.consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept_many.consumer), max_len);
+    END IF;
+    IF idem_inbox_accept_many.message_ids IS NULL THEN
+        RAISE EXCEPTION 'message_ids must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION 'message_ids must be a one-dimensional array' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The array given has %s dimensions.',
+                                       pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
+    END IF;
+    -- every element, before anything is written: the first bad one
+    SELECT m.n, m.id INTO bad_n, bad_id
+    FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
+    WHERE m.id IS NULL OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.=) 0
+       OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) max_len
+    ORDER BY m.n LIMIT 1;
+    IF FOUND THEN
+        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1) OPERATOR(pg_catalog.-) 1;
+        IF bad_id IS NULL THEN
+            RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004',
+                DETAIL = pg_catalog.format('Element %s of message_ids is null.', bad_n);
+        ELSIF pg_catalog.octet_length(bad_id) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('Element %s of message_ids is empty.', bad_n);
+        END IF;
+        RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('Element %s of message_ids is %s bytes long; idempotency.max_key_length is %s.',
+                                       bad_n, pg_catalog.octet_length(bad_id), max_len);
+    END IF;
+    IF idem_inbox_accept_many.retention IS NULL THEN
+        setting := pg_catalog.current_setting('idempotency.retention', true);
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+            expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
+        ELSE
+            expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
+                @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
+        END IF;
+    ELSE
+        expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept_many.retention;
+        IF expires OPERATOR(pg_catalog.<=) now_ts THEN
+            RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept_many.retention);
+        END IF;
+        IF NOT pg_catalog.isfinite(expires) THEN
+            RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
+        END IF;
+    END IF;
+    IF idem_inbox_accept_many.wait IS NULL THEN
+        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.cardinality(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
+
+    -- key order, each id once
+    pending := ARRAY(SELECT DISTINCT m.id COLLATE pg_catalog."C"
+                     FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id) ORDER BY 1);
+    ndistinct := pg_catalog.cardinality(pending);
+
+    IF NOT idem_inbox_accept_many.wait THEN
+        -- the probe: the INSERT, refused at once where it would wait (see the
+        -- top); then, to name the id, one id at a time in key order
+        LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
+        lock_timeout_was := pg_catalog.current_setting('lock_timeout');
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+            WITH ins AS (
+                INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+                SELECT idem_inbox_accept_many.consumer, p.id, expires
+                FROM pg_catalog.unnest(pending) AS p(id)
+                ON CONFLICT (consumer, message_id) DO NOTHING
+                RETURNING i.message_id)
+            SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
+            PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
+        EXCEPTION WHEN lock_not_available THEN
+            got := '{}';
+            cur := NULL;
+            BEGIN
+                PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                FOREACH cur IN ARRAY pending LOOP
+                    INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+                    VALUES (idem_inbox_accept_many.consumer, cur, expires)
+                    ON CONFLICT (consumer, message_id) DO NOTHING;
+                    IF FOUND THEN
+                        got := got OPERATOR(pg_catalog.||) cur;
+                    END IF;
+                END LOOP;
+                PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
+            EXCEPTION WHEN lock_not_available THEN
+                RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
+                    cur, idem_inbox_accept_many.consumer
+                    USING ERRCODE = '55P03',
+                          DETAIL = 'Another transaction is accepting it, or purging it.',
+                          HINT = 'Retry after that transaction ends, or call with wait => true to wait for it.';
+            END;
+        END;
+    ELSE
+        WITH ins AS (
+            INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+            SELECT idem_inbox_accept_many.consumer, p.id, expires
+            FROM pg_catalog.unnest(pending) AS p(id)
+            ON CONFLICT (consumer, message_id) DO NOTHING
+            RETURNING i.message_id)
+        SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
+    END IF;
+
+    IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) ndistinct THEN
+        -- the common case: every id was new
+        IF ndistinct OPERATOR(pg_catalog.=) pg_catalog.cardinality(idem_inbox_accept_many.message_ids) THEN
+            RETURN QUERY SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id);
+        ELSE
+            RETURN QUERY
+            SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
+            GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+        END IF;
+        RETURN;
+    END IF;
+
+    accepted := coalesce(got, '{}');
+    FOR round IN 0 .. 8 LOOP
+        IF round OPERATOR(pg_catalog.>) 0 THEN
+            WITH ins AS (
+                INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+                SELECT idem_inbox_accept_many.consumer, p.id, expires
+                FROM pg_catalog.unnest(pending) AS p(id)
+                ON CONFLICT (consumer, message_id) DO NOTHING
+                RETURNING i.message_id)
+            SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
+        END IF;
+        IF got IS NOT NULL THEN
+            accepted := accepted OPERATOR(pg_catalog.||) got;
+            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                             ORDER BY p.n);
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+        END IF;
+        -- past their retention: new again, under their row locks
+        WITH rev AS (
+            UPDATE @extschema@.idem_inbox AS i SET expires_at = expires
+            WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
+              AND i.message_id OPERATOR(pg_catalog.=) ANY (pending)
+              AND i.expires_at OPERATOR(pg_catalog.<=) now_ts
+            RETURNING i.message_id)
+        SELECT pg_catalog.array_agg(rev.message_id) INTO got FROM rev;
+        IF got IS NOT NULL THEN
+            accepted := accepted OPERATOR(pg_catalog.||) got;
+            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                             ORDER BY p.n);
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+        END IF;
+        -- the live duplicates
+        SELECT pg_catalog.array_agg(i.message_id) INTO got FROM @extschema@.idem_inbox AS i
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) ANY (pending);
+        IF got IS NOT NULL THEN
+            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                             ORDER BY p.n);
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+        END IF;
+        -- purged since the INSERT looked: insert those again
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+            RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
+                pending[1], idem_inbox_accept_many.consumer
+                USING ERRCODE = '42501',
+                      DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
+                      HINT = 'Check idempotency.scope and the policies of idem_inbox.';
+        END IF;
+        IF round OPERATOR(pg_catalog.=) 8 THEN
+            RAISE EXCEPTION 'could not accept message "%" because of concurrent changes', pending[1]
+                USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+        END IF;
+    END LOOP;
+
+    -- the new ids, in the order of their first appearance
+    RETURN QUERY
+    SELECT m.id
+    FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
+    JOIN pg_catalog.unnest(accepted) AS a(id) ON a.id OPERATOR(pg_catalog.=) m.id
+    GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_inbox_accept_many(text, text[], interval, boolean) IS
     'the message ids of a batch that a consumer sees for the first time (within retention), each once, in array order';
@@ -2918,7 +3401,138 @@ CREATE FUNCTION @extschema@.idem_inbox_accept_seq_many(
     accept_gap boolean DEFAULT false)
 RETURNS TABLE (seq bigint, outcome text)
 LANGUAGE plpgsql VOLATILE ROWS 100
-AS $missing$BEGIN RAISE EXCEPTION 'not yet in the SQL edition: idem_inbox_accept_seq_many(text, text, bigint[], boolean)' USING ERRCODE = '0A000'; END$missing$;
+AS $body$
+#variable_conflict use_column
+DECLARE
+    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
+    max_len integer := 255;
+    now_ts timestamptz;
+    bad_n bigint;
+    bad_seq bigint;
+    mark bigint;
+    locked bigint;
+    have_row boolean := false;
+    first_new boolean := false;
+    s bigint;
+    outcomes text[];
+BEGIN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+    END IF;
+    IF idem_inbox_accept_seq_many.consumer IS NULL THEN
+        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer), max_len);
+    END IF;
+    IF idem_inbox_accept_seq_many.stream IS NULL THEN
+        RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.=) 0 THEN
+        RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) max_len THEN
+        RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
+            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                       pg_catalog.octet_length(idem_inbox_accept_seq_many.stream), max_len);
+    END IF;
+    IF idem_inbox_accept_seq_many.seqs IS NULL THEN
+        RAISE EXCEPTION 'seqs must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.>) 1 THEN
+        RAISE EXCEPTION 'seqs must be a one-dimensional array' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The array given has %s dimensions.',
+                                       pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs));
+    END IF;
+    SELECT u.n, u.s INTO bad_n, bad_seq
+    FROM pg_catalog.unnest(idem_inbox_accept_seq_many.seqs) WITH ORDINALITY AS u(s, n)
+    WHERE u.s IS NULL OR u.s OPERATOR(pg_catalog.<) 0
+    ORDER BY u.n LIMIT 1;
+    IF FOUND THEN
+        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1) OPERATOR(pg_catalog.-) 1;
+        IF bad_seq IS NULL THEN
+            RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004',
+                DETAIL = pg_catalog.format('Element %s of seqs is null.', bad_n);
+        END IF;
+        RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('Element %s of seqs is %s.', bad_n, bad_seq);
+    END IF;
+    IF idem_inbox_accept_seq_many.accept_gap IS NULL THEN
+        RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
+    now_ts := pg_catalog.clock_timestamp();
+
+    FOR round IN 0 .. 8 LOOP
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+            RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
+                idem_inbox_accept_seq_many.stream, idem_inbox_accept_seq_many.consumer
+                USING ERRCODE = '42501',
+                      DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
+                      HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
+        END IF;
+        IF round OPERATOR(pg_catalog.=) 8 THEN
+            RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
+                idem_inbox_accept_seq_many.seqs[pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1)],
+                idem_inbox_accept_seq_many.stream
+                USING ERRCODE = '40001', HINT = 'Retry the transaction.';
+        END IF;
+        SELECT st.watermark INTO mark FROM @extschema@.idem_inbox_streams AS st
+        WHERE st.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.consumer
+          AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream
+        FOR UPDATE;
+        IF FOUND THEN
+            locked := mark;
+            have_row := true;
+            EXIT;
+        END IF;
+        -- a new stream: its first number starts it, as in idem_inbox_accept_seq
+        mark := idem_inbox_accept_seq_many.seqs[pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1)];
+        INSERT INTO @extschema@.idem_inbox_streams AS st (consumer, stream, watermark, updated_at)
+        VALUES (idem_inbox_accept_seq_many.consumer, idem_inbox_accept_seq_many.stream, mark, now_ts)
+        ON CONFLICT (consumer, stream) DO NOTHING;
+        IF FOUND THEN
+            locked := mark;
+            first_new := true;
+            EXIT;
+        END IF;
+        -- else created concurrently: lock it and look again
+    END LOOP;
+
+    outcomes := CASE WHEN first_new THEN ARRAY['new'] ELSE '{}' END;
+    FOREACH s IN ARRAY idem_inbox_accept_seq_many.seqs LOOP
+        IF first_new THEN
+            first_new := false;         -- the number that started the stream
+            CONTINUE;
+        END IF;
+        IF s OPERATOR(pg_catalog.<=) mark THEN
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'duplicate'::text;
+        ELSIF s OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1) THEN
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'new'::text;
+            mark := s;
+        ELSE
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'gap'::text;
+            IF idem_inbox_accept_seq_many.accept_gap THEN
+                mark := s;
+            END IF;
+        END IF;
+    END LOOP;
+    IF mark OPERATOR(pg_catalog.<>) locked THEN
+        UPDATE @extschema@.idem_inbox_streams AS st SET watermark = mark, updated_at = now_ts
+        WHERE st.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.consumer
+          AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream;
+    END IF;
+
+    RETURN QUERY SELECT u.s, u.o FROM ROWS FROM (pg_catalog.unnest(idem_inbox_accept_seq_many.seqs), pg_catalog.unnest(outcomes)) AS u(s, o);
+END
+$body$;
 
 COMMENT ON FUNCTION @extschema@.idem_inbox_accept_seq_many(text, text, bigint[], boolean) IS
     'ordered de-duplication of a batch of sequence numbers, in array order: new | duplicate | gap for each';

@@ -75,16 +75,16 @@ DECLARE
     lock_timeout_was text;
     inserted boolean := false;
 BEGIN
-    IF setting IS NOT NULL AND setting <> '' THEN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
     IF idem_inbox_accept.consumer IS NULL THEN
         RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.consumer) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.consumer) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept.consumer), max_len);
@@ -92,10 +92,10 @@ BEGIN
     IF idem_inbox_accept.message_id IS NULL THEN
         RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.message_id) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.message_id) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept.message_id), max_len);
@@ -103,7 +103,7 @@ BEGIN
     now_ts := pg_catalog.clock_timestamp();
     IF idem_inbox_accept.retention IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.retention', true);
-        IF setting IS NULL OR setting = '' THEN
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
             expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
         ELSE
             expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
@@ -137,7 +137,7 @@ BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
                 EXIT;
             EXCEPTION WHEN lock_not_available THEN
-                IF attempt = 2 THEN
+                IF attempt OPERATOR(pg_catalog.=) 2 THEN
                     RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
                         idem_inbox_accept.message_id, idem_inbox_accept.consumer
                         USING ERRCODE = '55P03',
@@ -155,7 +155,7 @@ BEGIN
     -- revives it.  When the row vanished in between (a purge committed),
     -- insert again.
     FOR round IN 0 .. 8 LOOP
-        IF round > 0 OR idem_inbox_accept.wait THEN
+        IF round OPERATOR(pg_catalog.>) 0 OR idem_inbox_accept.wait THEN
             INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
             VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
             ON CONFLICT (consumer, message_id) DO NOTHING;
@@ -176,14 +176,14 @@ BEGIN
         IF FOUND THEN
             RETURN false;               -- a live duplicate
         END IF;
-        IF round = 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept.message_id, idem_inbox_accept.consumer
                 USING ERRCODE = '42501',
                       DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
                       HINT = 'Check idempotency.scope and the policies of idem_inbox.';
         END IF;
-        IF round = 8 THEN
+        IF round OPERATOR(pg_catalog.=) 8 THEN
             RAISE EXCEPTION 'could not accept message "%" because of concurrent changes',
                 idem_inbox_accept.message_id
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
@@ -206,16 +206,16 @@ DECLARE
     mark bigint;
     result text;
 BEGIN
-    IF setting IS NOT NULL AND setting <> '' THEN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
     IF idem_inbox_accept_seq.consumer IS NULL THEN
         RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept_seq.consumer), max_len);
@@ -223,10 +223,10 @@ BEGIN
     IF idem_inbox_accept_seq.stream IS NULL THEN
         RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept_seq.stream), max_len);
@@ -237,14 +237,14 @@ BEGIN
     IF idem_inbox_accept_seq.accept_gap IS NULL THEN
         RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
     END IF;
-    IF idem_inbox_accept_seq.seq < 0 THEN
+    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<) 0 THEN
         RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('The sequence number given was %s.', idem_inbox_accept_seq.seq);
     END IF;
     now_ts := pg_catalog.clock_timestamp();
 
     -- the common case, seq = watermark + 1, in one statement
-    IF idem_inbox_accept_seq.seq > 0 THEN
+    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.>) 0 THEN
         UPDATE @extschema@.idem_inbox_streams AS s
         SET watermark = idem_inbox_accept_seq.seq, updated_at = now_ts
         WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
@@ -256,14 +256,14 @@ BEGIN
     END IF;
 
     FOR round IN 0 .. 8 LOOP
-        IF round = 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept_seq.stream, idem_inbox_accept_seq.consumer
                 USING ERRCODE = '42501',
                       DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
                       HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
         END IF;
-        IF round = 8 THEN
+        IF round OPERATOR(pg_catalog.=) 8 THEN
             RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
                 idem_inbox_accept_seq.seq, idem_inbox_accept_seq.stream
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
@@ -286,9 +286,9 @@ BEGIN
         IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<=) mark THEN
             RETURN 'duplicate';
         END IF;
-        result := CASE WHEN idem_inbox_accept_seq.seq OPERATOR(pg_catalog.=) mark OPERATOR(pg_catalog.+) 1
+        result := CASE WHEN idem_inbox_accept_seq.seq OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1)
                        THEN 'new' ELSE 'gap' END;
-        IF result = 'new' OR idem_inbox_accept_seq.accept_gap THEN
+        IF result OPERATOR(pg_catalog.=) 'new' OR idem_inbox_accept_seq.accept_gap THEN
             UPDATE @extschema@.idem_inbox_streams AS s
             SET watermark = idem_inbox_accept_seq.seq, updated_at = now_ts
             WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
@@ -322,16 +322,16 @@ DECLARE
     cur text;
     lock_timeout_was text;
 BEGIN
-    IF setting IS NOT NULL AND setting <> '' THEN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
     IF idem_inbox_accept_many.consumer IS NULL THEN
         RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept_many.consumer), max_len);
@@ -339,7 +339,7 @@ BEGIN
     IF idem_inbox_accept_many.message_ids IS NULL THEN
         RAISE EXCEPTION 'message_ids must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) > 1 THEN
+    IF pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.>) 1 THEN
         RAISE EXCEPTION 'message_ids must be a one-dimensional array' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('The array given has %s dimensions.',
                                        pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
@@ -351,11 +351,11 @@ BEGIN
        OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) max_len
     ORDER BY m.n LIMIT 1;
     IF FOUND THEN
-        bad_n := bad_n + pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1) - 1;
+        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1) OPERATOR(pg_catalog.-) 1;
         IF bad_id IS NULL THEN
             RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004',
                 DETAIL = pg_catalog.format('Element %s of message_ids is null.', bad_n);
-        ELSIF pg_catalog.octet_length(bad_id) = 0 THEN
+        ELSIF pg_catalog.octet_length(bad_id) OPERATOR(pg_catalog.=) 0 THEN
             RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023',
                 DETAIL = pg_catalog.format('Element %s of message_ids is empty.', bad_n);
         END IF;
@@ -365,7 +365,7 @@ BEGIN
     END IF;
     IF idem_inbox_accept_many.retention IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.retention', true);
-        IF setting IS NULL OR setting = '' THEN
+        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
             expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
         ELSE
             expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
@@ -384,12 +384,12 @@ BEGIN
     IF idem_inbox_accept_many.wait IS NULL THEN
         RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.cardinality(idem_inbox_accept_many.message_ids) = 0 THEN
+    IF pg_catalog.cardinality(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.=) 0 THEN
         RETURN;
     END IF;
 
     -- key order, each id once
-    pending := ARRAY(SELECT DISTINCT m.id COLLATE "C"
+    pending := ARRAY(SELECT DISTINCT m.id COLLATE pg_catalog."C"
                      FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id) ORDER BY 1);
     ndistinct := pg_catalog.cardinality(pending);
 
@@ -418,7 +418,7 @@ BEGIN
                     VALUES (idem_inbox_accept_many.consumer, cur, expires)
                     ON CONFLICT (consumer, message_id) DO NOTHING;
                     IF FOUND THEN
-                        got := got || cur;
+                        got := got OPERATOR(pg_catalog.||) cur;
                     END IF;
                 END LOOP;
                 PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
@@ -440,9 +440,9 @@ BEGIN
         SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
     END IF;
 
-    IF pg_catalog.cardinality(got) = ndistinct THEN
+    IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) ndistinct THEN
         -- the common case: every id was new
-        IF ndistinct = pg_catalog.cardinality(idem_inbox_accept_many.message_ids) THEN
+        IF ndistinct OPERATOR(pg_catalog.=) pg_catalog.cardinality(idem_inbox_accept_many.message_ids) THEN
             RETURN QUERY SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id);
         ELSE
             RETURN QUERY
@@ -454,7 +454,7 @@ BEGIN
 
     accepted := coalesce(got, '{}');
     FOR round IN 0 .. 8 LOOP
-        IF round > 0 THEN
+        IF round OPERATOR(pg_catalog.>) 0 THEN
             WITH ins AS (
                 INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
                 SELECT idem_inbox_accept_many.consumer, p.id, expires
@@ -464,12 +464,12 @@ BEGIN
             SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
         END IF;
         IF got IS NOT NULL THEN
-            accepted := accepted || got;
+            accepted := accepted OPERATOR(pg_catalog.||) got;
             pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
                              WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
                                                WHERE g.id OPERATOR(pg_catalog.=) p.id)
                              ORDER BY p.n);
-            EXIT WHEN pg_catalog.cardinality(pending) = 0;
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- past their retention: new again, under their row locks
         WITH rev AS (
@@ -480,12 +480,12 @@ BEGIN
             RETURNING i.message_id)
         SELECT pg_catalog.array_agg(rev.message_id) INTO got FROM rev;
         IF got IS NOT NULL THEN
-            accepted := accepted || got;
+            accepted := accepted OPERATOR(pg_catalog.||) got;
             pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
                              WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
                                                WHERE g.id OPERATOR(pg_catalog.=) p.id)
                              ORDER BY p.n);
-            EXIT WHEN pg_catalog.cardinality(pending) = 0;
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- the live duplicates
         SELECT pg_catalog.array_agg(i.message_id) INTO got FROM @extschema@.idem_inbox AS i
@@ -496,17 +496,17 @@ BEGIN
                              WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
                                                WHERE g.id OPERATOR(pg_catalog.=) p.id)
                              ORDER BY p.n);
-            EXIT WHEN pg_catalog.cardinality(pending) = 0;
+            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- purged since the INSERT looked: insert those again
-        IF round = 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
                 pending[1], idem_inbox_accept_many.consumer
                 USING ERRCODE = '42501',
                       DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
                       HINT = 'Check idempotency.scope and the policies of idem_inbox.';
         END IF;
-        IF round = 8 THEN
+        IF round OPERATOR(pg_catalog.=) 8 THEN
             RAISE EXCEPTION 'could not accept message "%" because of concurrent changes', pending[1]
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
         END IF;
@@ -541,16 +541,16 @@ DECLARE
     s bigint;
     outcomes text[];
 BEGIN
-    IF setting IS NOT NULL AND setting <> '' THEN
+    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
     IF idem_inbox_accept_seq_many.consumer IS NULL THEN
         RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer), max_len);
@@ -558,10 +558,10 @@ BEGIN
     IF idem_inbox_accept_seq_many.stream IS NULL THEN
         RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) = 0 THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.=) 0 THEN
         RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
     END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) > max_len THEN
+    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) max_len THEN
         RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
             DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
                                        pg_catalog.octet_length(idem_inbox_accept_seq_many.stream), max_len);
@@ -569,7 +569,7 @@ BEGIN
     IF idem_inbox_accept_seq_many.seqs IS NULL THEN
         RAISE EXCEPTION 'seqs must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) > 1 THEN
+    IF pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.>) 1 THEN
         RAISE EXCEPTION 'seqs must be a one-dimensional array' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('The array given has %s dimensions.',
                                        pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs));
@@ -579,7 +579,7 @@ BEGIN
     WHERE u.s IS NULL OR u.s OPERATOR(pg_catalog.<) 0
     ORDER BY u.n LIMIT 1;
     IF FOUND THEN
-        bad_n := bad_n + pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1) - 1;
+        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1) OPERATOR(pg_catalog.-) 1;
         IF bad_seq IS NULL THEN
             RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004',
                 DETAIL = pg_catalog.format('Element %s of seqs is null.', bad_n);
@@ -590,20 +590,20 @@ BEGIN
     IF idem_inbox_accept_seq_many.accept_gap IS NULL THEN
         RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
     END IF;
-    IF pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs) = 0 THEN
+    IF pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.=) 0 THEN
         RETURN;
     END IF;
     now_ts := pg_catalog.clock_timestamp();
 
     FOR round IN 0 .. 8 LOOP
-        IF round = 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept_seq_many.stream, idem_inbox_accept_seq_many.consumer
                 USING ERRCODE = '42501',
                       DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
                       HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
         END IF;
-        IF round = 8 THEN
+        IF round OPERATOR(pg_catalog.=) 8 THEN
             RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
                 idem_inbox_accept_seq_many.seqs[pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1)],
                 idem_inbox_accept_seq_many.stream
@@ -637,19 +637,19 @@ BEGIN
             first_new := false;         -- the number that started the stream
             CONTINUE;
         END IF;
-        IF s <= mark THEN
-            outcomes := outcomes || 'duplicate'::text;
-        ELSIF s = mark + 1 THEN
-            outcomes := outcomes || 'new'::text;
+        IF s OPERATOR(pg_catalog.<=) mark THEN
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'duplicate'::text;
+        ELSIF s OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1) THEN
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'new'::text;
             mark := s;
         ELSE
-            outcomes := outcomes || 'gap'::text;
+            outcomes := outcomes OPERATOR(pg_catalog.||) 'gap'::text;
             IF idem_inbox_accept_seq_many.accept_gap THEN
                 mark := s;
             END IF;
         END IF;
     END LOOP;
-    IF mark <> locked THEN
+    IF mark OPERATOR(pg_catalog.<>) locked THEN
         UPDATE @extschema@.idem_inbox_streams AS st SET watermark = mark, updated_at = now_ts
         WHERE st.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.consumer
           AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream;
