@@ -452,7 +452,9 @@ BEGIN
         tables := format('%1$s.idem_inbox, %1$s.idem_inbox_streams', s);
         privileges := 'SELECT, INSERT, UPDATE';
     WHEN 'maintenance' THEN
-        functions := format('%s.idem_purge(integer, integer)', s);
+        functions := format('%1$s.idem_purge(integer, integer), '
+                            '%1$s.idem_schedule_purge(text, integer, integer), '
+                            '%1$s.idem_unschedule_purge()', s);
         tables := format('%1$s.idempotency_records, %1$s.idem_inbox, %1$s.idem_outbox', s);
         privileges := 'SELECT, UPDATE, DELETE';
         EXECUTE format('GRANT USAGE ON SEQUENCE %s.idem_token_epoch TO %s', s, grantee);
@@ -544,6 +546,79 @@ BEGIN
      WHERE m.role::pg_catalog.oid OPERATOR(pg_catalog.=) grantee::pg_catalog.oid;
 END
 $$;
+
+
+-- ---------------------------------------------------------------------------
+-- Issue 26: idem_purge on a schedule by pg_cron (section "purge schedule")
+-- ---------------------------------------------------------------------------
+
+/*
+ * Where the library cannot be loaded (the SQL edition on a managed service)
+ * there is no purge worker; every such service offers pg_cron.  These two
+ * schedule and unschedule idem_purge as a pg_cron job of this database,
+ * named 'idempotency purge: <database>', as the calling role (pg_cron runs
+ * a job as the role that scheduled it).  Calling idem_schedule_purge again
+ * changes the job's schedule.  pg_cron lives in one database of the cluster
+ * (cron.database_name); from any other one these fail with the statement to
+ * run there instead.
+ */
+CREATE FUNCTION @extschema@.idem_schedule_purge(
+    schedule text DEFAULT '* * * * *',
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job_name constant text := 'idempotency purge: ' || current_database();
+    command constant text := format('SELECT %I.idem_purge(%s, %s)', '@extschema@',
+                                    batch_size, coalesce(max_batches::text, 'NULL'));
+BEGIN
+    IF schedule IS NULL OR batch_size IS NULL THEN
+        RAISE EXCEPTION 'schedule and batch_size must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF batch_size < 1 OR max_batches < 1 THEN
+        RAISE EXCEPTION 'batch_size and max_batches must be at least 1' USING ERRCODE = '22023';
+    END IF;
+    IF to_regprocedure('cron.schedule(text, text, text)') IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = '55000',
+                  HINT = format('Run CREATE EXTENSION pg_cron in the database that cron.database_name names; '
+                                'if that is another database, run there: SELECT cron.schedule_in_database(%L, %L, %L, %L)',
+                                job_name, schedule, command, current_database());
+    END IF;
+    RETURN cron.schedule(job_name, schedule, command);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_schedule_purge(text, integer, integer) IS
+    'schedule idem_purge with pg_cron in this database (where no purge worker runs); returns the job id';
+
+CREATE FUNCTION @extschema@.idem_unschedule_purge()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    job_name constant text := 'idempotency purge: ' || current_database();
+BEGIN
+    IF to_regprocedure('cron.unschedule(text)') IS NULL THEN
+        RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
+            USING ERRCODE = '55000';
+    END IF;
+    IF NOT EXISTS (SELECT FROM cron.job j WHERE j.jobname = job_name AND j.username = current_user) THEN
+        RETURN false;
+    END IF;
+    RETURN cron.unschedule(job_name);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_unschedule_purge() IS
+    'remove the pg_cron job of idem_schedule_purge; false when there was none';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.idem_schedule_purge(text, integer, integer),
+    @extschema@.idem_unschedule_purge() FROM PUBLIC;
 
 
 -- ---------------------------------------------------------------------------

@@ -65,7 +65,7 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
-SELECT is((SELECT count(*) FROM ext_functions), 68::bigint, 'the extension has 68 functions');
+SELECT is((SELECT count(*) FROM ext_functions), 70::bigint, 'the extension has 70 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
 SELECT is_empty($$SELECT signature FROM ext_functions
@@ -150,6 +150,8 @@ INSERT INTO calls VALUES
     ('idem_inbox_accept_many(text,text[],interval,boolean)', 'idem_inbox_accept_many', $$SELECT * FROM idem_inbox_accept_many('sec.c', '{m}')$$),
     ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)', 'idem_inbox_accept_seq_many', $$SELECT * FROM idem_inbox_accept_seq_many('sec.c', 's', '{1}')$$),
     ('idem_purge(integer,integer)', 'idem_purge', $$SELECT idem_purge()$$),
+    ('idem_schedule_purge(text,integer,integer)', 'idem_schedule_purge', $$SELECT idem_schedule_purge()$$),
+    ('idem_unschedule_purge()', 'idem_unschedule_purge', $$SELECT idem_unschedule_purge()$$),
     ('idem_stats_reset()', 'idem_stats_reset', $$SELECT idem_stats_reset()$$),
     ('idem_define_machine(text,jsonb,text[])', 'idem_define_machine', $$SELECT idem_define_machine('sec.m', '{"a": ["b"]}')$$),
     ('idem_drop_machine(text)', 'idem_drop_machine', $$SELECT idem_drop_machine('sec.unused')$$),
@@ -304,12 +306,14 @@ SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_consumer')
     'consumer: the inbox functions; SELECT, INSERT, UPDATE on the two inbox tables');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_maint')$$,
     $$VALUES ('function idem_purge(integer,integer)', 'EXECUTE'),
+             ('function idem_schedule_purge(text,integer,integer)', 'EXECUTE'),
+             ('function idem_unschedule_purge()', 'EXECUTE'),
              ('schema public', 'USAGE'),
              ('sequence idem_token_epoch', 'USAGE'),
              ('table idem_inbox', 'DELETE, SELECT, UPDATE'),
              ('table idem_outbox', 'DELETE, SELECT, UPDATE'),
              ('table idempotency_records', 'DELETE, SELECT, UPDATE')$$,
-    'maintenance: idem_purge; SELECT, UPDATE, DELETE on the records, the inbox and the outbox; USAGE on the epoch');
+    'maintenance: idem_purge and its pg_cron schedule; SELECT, UPDATE, DELETE on the records, the inbox and the outbox; USAGE on the epoch');
 SELECT results_eq($$SELECT * FROM pg_temp.grants_of('regress_idem_sec_madmin')$$,
     $$VALUES ('function idem_attach_machine(regclass,name,text,boolean,boolean)', 'EXECUTE'),
              ('function idem_define_machine(text,jsonb,text[])', 'EXECUTE'),
@@ -387,7 +391,8 @@ SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regre
              ('idem_inbox_accept_seq_many(text,text,bigint[],boolean)'), ('idem_inbox_watermark(text,text)')$$,
     'consumer: the inbox functions');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_maint') c$$,
-    $$VALUES ('idem_purge(integer,integer)')$$, 'maintenance: idem_purge');
+    $$VALUES ('idem_purge(integer,integer)'), ('idem_schedule_purge(text,integer,integer)'),
+             ('idem_unschedule_purge()')$$, 'maintenance: idem_purge and its pg_cron schedule');
 SELECT results_eq($$SELECT c COLLATE "default" FROM pg_temp.allowed_calls('regress_idem_sec_madmin') c$$,
     $$VALUES ('idem_define_machine(text,jsonb,text[])'), ('idem_drop_machine(text)')$$,
     'machine_admin: define and drop; attach needs TRIGGER on the table, detach its ownership (below)');
