@@ -63,20 +63,53 @@ $fn$;
 
 --@ idem_inbox_accept(text, text, interval, boolean)
 -- src/inbox.c idem_inbox_accept: insert, or revive a message past its
--- retention, or find the live duplicate; a purge in between: again.
+-- retention, or find the live duplicate; a purge in between: again.  The
+-- common case (valid arguments under the default settings, wait => true, a
+-- new message) is one statement; everything else, the errors included, is
+-- the C edition's path below it.  (In PL/pgSQL each expression evaluated
+-- costs about a microsecond at its first use in a transaction, hence the
+-- one statement, and no DECLARE initializers.)
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
-    max_len integer := 255;
+    setting text;
+    max_len integer;
     now_ts timestamptz;
     expires timestamptz;
     lock_timeout_was text;
-    inserted boolean := false;
+    inserted boolean;
+    tried boolean;              -- whether the first statement tried the INSERT
+                                -- (a wrong guess costs a round, not a wrong answer)
 BEGIN
+    INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+    SELECT idem_inbox_accept.consumer, idem_inbox_accept.message_id,
+           n.now OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval)
+    FROM (SELECT pg_catalog.clock_timestamp() AS now) AS n
+    WHERE idem_inbox_accept.wait
+      AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) 0
+      AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.<=) 255
+      AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) 0
+      AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.<=) 255
+      AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '') OPERATOR(pg_catalog.=) ''
+      AND CASE WHEN idem_inbox_accept.retention IS NULL
+               THEN coalesce(pg_catalog.current_setting('idempotency.retention', true), '') OPERATOR(pg_catalog.=) ''
+               WHEN idem_inbox_accept.retention OPERATOR(pg_catalog.<) '1000 years'::pg_catalog.interval
+                AND idem_inbox_accept.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
+               THEN n.now OPERATOR(pg_catalog.+) idem_inbox_accept.retention OPERATOR(pg_catalog.>) n.now
+               ELSE false END
+    ON CONFLICT (consumer, message_id) DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+
+    -- the arguments, in the C edition's order
+    max_len := 255;
+    tried := true;
+    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
     IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+        tried := false;
     END IF;
     IF idem_inbox_accept.consumer IS NULL THEN
         RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
@@ -108,8 +141,12 @@ BEGIN
         ELSE
             expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
                 @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
+            tried := false;
         END IF;
     ELSE
+        IF idem_inbox_accept.retention OPERATOR(pg_catalog.>=) '1000 years'::pg_catalog.interval THEN
+            tried := false;
+        END IF;
         expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention;
         IF expires OPERATOR(pg_catalog.<=) now_ts THEN
             RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
@@ -149,13 +186,14 @@ BEGIN
         IF inserted THEN
             RETURN true;
         END IF;
+        tried := true;
     END IF;
 
     -- Not inserted: the message is there, or it expired and this call
     -- revives it.  When the row vanished in between (a purge committed),
     -- insert again.
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.>) 0 OR idem_inbox_accept.wait THEN
+        IF round OPERATOR(pg_catalog.>) 0 OR NOT tried THEN
             INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
             VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
             ON CONFLICT (consumer, message_id) DO NOTHING;
@@ -176,7 +214,8 @@ BEGIN
         IF FOUND THEN
             RETURN false;               -- a live duplicate
         END IF;
-        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8
+           AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept.message_id, idem_inbox_accept.consumer
                 USING ERRCODE = '42501',
@@ -194,18 +233,38 @@ END
 $body$;
 
 --@ idem_inbox_accept_seq(text, text, bigint, boolean)
--- src/inbox.c idem_inbox_accept_seq: watermark + 1 in one UPDATE; else lock
--- the watermark row (or start the stream) and decide.
+-- src/inbox.c idem_inbox_accept_seq: watermark + 1 in one UPDATE (also the
+-- fast path: valid arguments under the default settings); else lock the
+-- watermark row (or start the stream) and decide.
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
-    max_len integer := 255;
+    setting text;
+    max_len integer;
     now_ts timestamptz;
     mark bigint;
     result text;
 BEGIN
+    -- the common case, seq = watermark + 1, in one statement
+    UPDATE @extschema@.idem_inbox_streams AS s
+    SET watermark = idem_inbox_accept_seq.seq, updated_at = pg_catalog.clock_timestamp()
+    WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
+      AND s.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq.stream
+      AND s.watermark OPERATOR(pg_catalog.=)
+          CASE WHEN idem_inbox_accept_seq.seq OPERATOR(pg_catalog.>) 0
+                AND idem_inbox_accept_seq.accept_gap IS NOT NULL
+                AND pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.<=) 255
+                AND pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.<=) 255
+                AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
+                    OPERATOR(pg_catalog.=) ''
+               THEN idem_inbox_accept_seq.seq OPERATOR(pg_catalog.-) 1 END;
+    IF FOUND THEN
+        RETURN 'new';
+    END IF;
+
+    max_len := 255;
+    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
     IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
@@ -243,20 +302,11 @@ BEGIN
     END IF;
     now_ts := pg_catalog.clock_timestamp();
 
-    -- the common case, seq = watermark + 1, in one statement
-    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.>) 0 THEN
-        UPDATE @extschema@.idem_inbox_streams AS s
-        SET watermark = idem_inbox_accept_seq.seq, updated_at = now_ts
-        WHERE s.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq.consumer
-          AND s.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq.stream
-          AND s.watermark OPERATOR(pg_catalog.=) (idem_inbox_accept_seq.seq OPERATOR(pg_catalog.-) 1);
-        IF FOUND THEN
-            RETURN 'new';
-        END IF;
-    END IF;
-
+    -- (the UPDATE above was the C edition's first statement, or, under
+    -- settings it leaves to this path, the lock below decides the same)
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8
+           AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept_seq.stream, idem_inbox_accept_seq.consumer
                 USING ERRCODE = '42501',
@@ -304,24 +354,76 @@ $body$;
 -- (collation "C", the primary key's, so that overlapping batches wait for
 -- each other in one order), then per round one INSERT ... SELECT unnest,
 -- one UPDATE (revive) and one SELECT (live duplicates) for the ids left;
--- the new ids are returned in the order of their first appearance.
+-- the new ids are returned in the order of their first appearance.  The
+-- first statement checks the arguments (as the default settings allow them;
+-- otherwise it writes nothing and the checks below say why), sorts the ids
+-- and inserts them: the common case, every id new, is that statement and
+-- the answer.
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
-    max_len integer := 255;
-    now_ts timestamptz := pg_catalog.clock_timestamp();
+    setting text;
+    max_len integer;
+    now_ts timestamptz;
     expires timestamptz;
     bad_n bigint;
     bad_id text;
-    ndistinct integer;
+    fast boolean;               -- whether the first statement inserted
+    nelems bigint;
     pending text[];             -- the ids not decided yet, in key order
     got text[];
     accepted text[];
     cur text;
     lock_timeout_was text;
 BEGIN
+    WITH v AS (
+        SELECT coalesce(pg_catalog.bool_and(m.id IS NOT NULL
+                        AND pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) 0
+                        AND pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.<=) 255), false)
+               AND idem_inbox_accept_many.wait
+               AND pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.=) 1
+               AND pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) 0
+               AND pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.<=) 255
+               AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
+                   OPERATOR(pg_catalog.=) ''
+               AND CASE WHEN idem_inbox_accept_many.retention IS NULL
+                        THEN coalesce(pg_catalog.current_setting('idempotency.retention', true), '')
+                             OPERATOR(pg_catalog.=) ''
+                        WHEN idem_inbox_accept_many.retention OPERATOR(pg_catalog.<) '1000 years'::pg_catalog.interval
+                         AND idem_inbox_accept_many.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
+                        THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) idem_inbox_accept_many.retention
+                             OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
+                        ELSE false END AS ok,
+               pg_catalog.array_agg(DISTINCT m.id COLLATE pg_catalog."C" ORDER BY m.id COLLATE pg_catalog."C") AS ids,
+               pg_catalog.count(*) AS nelems
+        FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id)),
+    ins AS (
+        INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+        SELECT idem_inbox_accept_many.consumer, p.id,
+               n.now OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept_many.retention, '1 day'::pg_catalog.interval)
+        FROM v, pg_catalog.unnest(v.ids) AS p(id), (SELECT pg_catalog.clock_timestamp() AS now) AS n
+        WHERE v.ok
+        ON CONFLICT (consumer, message_id) DO NOTHING
+        RETURNING i.message_id)
+    SELECT v.ok, v.ids, v.nelems, (SELECT pg_catalog.array_agg(ins.message_id) FROM ins)
+    INTO fast, pending, nelems, got
+    FROM v;
+    IF fast AND pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) pg_catalog.cardinality(pending) THEN
+        -- every id was new
+        IF nelems OPERATOR(pg_catalog.=) pg_catalog.cardinality(pending) THEN
+            RETURN QUERY SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id);
+        ELSE
+            RETURN QUERY
+            SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
+            GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+        END IF;
+        RETURN;
+    END IF;
+
+    -- the arguments, every element included, in the C edition's order
+    max_len := 255;
+    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
     IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
         max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
     END IF;
@@ -344,14 +446,14 @@ BEGIN
             DETAIL = pg_catalog.format('The array given has %s dimensions.',
                                        pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
     END IF;
-    -- every element, before anything is written: the first bad one
     SELECT m.n, m.id INTO bad_n, bad_id
     FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
     WHERE m.id IS NULL OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.=) 0
        OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) max_len
     ORDER BY m.n LIMIT 1;
     IF FOUND THEN
-        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1) OPERATOR(pg_catalog.-) 1;
+        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1)
+                 OPERATOR(pg_catalog.-) 1;
         IF bad_id IS NULL THEN
             RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004',
                 DETAIL = pg_catalog.format('Element %s of message_ids is null.', bad_n);
@@ -363,6 +465,7 @@ BEGIN
             DETAIL = pg_catalog.format('Element %s of message_ids is %s bytes long; idempotency.max_key_length is %s.',
                                        bad_n, pg_catalog.octet_length(bad_id), max_len);
     END IF;
+    now_ts := pg_catalog.clock_timestamp();
     IF idem_inbox_accept_many.retention IS NULL THEN
         setting := pg_catalog.current_setting('idempotency.retention', true);
         IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
@@ -388,12 +491,16 @@ BEGIN
         RETURN;
     END IF;
 
-    -- key order, each id once
-    pending := ARRAY(SELECT DISTINCT m.id COLLATE pg_catalog."C"
-                     FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id) ORDER BY 1);
-    ndistinct := pg_catalog.cardinality(pending);
-
-    IF NOT idem_inbox_accept_many.wait THEN
+    IF fast THEN
+        -- the first statement inserted those new: the others are left
+        accepted := coalesce(got, '{}');
+        IF got IS NOT NULL THEN
+            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                             ORDER BY p.n);
+        END IF;
+    ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
         LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
@@ -430,31 +537,21 @@ BEGIN
                           HINT = 'Retry after that transaction ends, or call with wait => true to wait for it.';
             END;
         END;
-    ELSE
-        WITH ins AS (
-            INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
-            SELECT idem_inbox_accept_many.consumer, p.id, expires
-            FROM pg_catalog.unnest(pending) AS p(id)
-            ON CONFLICT (consumer, message_id) DO NOTHING
-            RETURNING i.message_id)
-        SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
-    END IF;
-
-    IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) ndistinct THEN
-        -- the common case: every id was new
-        IF ndistinct OPERATOR(pg_catalog.=) pg_catalog.cardinality(idem_inbox_accept_many.message_ids) THEN
-            RETURN QUERY SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) AS m(id);
-        ELSE
-            RETURN QUERY
-            SELECT m.id FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
-            GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+        accepted := coalesce(got, '{}');
+        IF got IS NOT NULL THEN
+            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                             ORDER BY p.n);
         END IF;
-        RETURN;
+    ELSE
+        accepted := '{}';
+        fast := NULL;               -- round 0 inserts
     END IF;
 
-    accepted := coalesce(got, '{}');
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.>) 0 THEN
+        EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+        IF round OPERATOR(pg_catalog.>) 0 OR fast IS NULL THEN
             WITH ins AS (
                 INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
                 SELECT idem_inbox_accept_many.consumer, p.id, expires
@@ -462,14 +559,14 @@ BEGIN
                 ON CONFLICT (consumer, message_id) DO NOTHING
                 RETURNING i.message_id)
             SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
-        END IF;
-        IF got IS NOT NULL THEN
-            accepted := accepted OPERATOR(pg_catalog.||) got;
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
-            EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+            IF got IS NOT NULL THEN
+                accepted := accepted OPERATOR(pg_catalog.||) got;
+                pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                                 WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                                   WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                                 ORDER BY p.n);
+                EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
+            END IF;
         END IF;
         -- past their retention: new again, under their row locks
         WITH rev AS (
@@ -499,7 +596,8 @@ BEGIN
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- purged since the INSERT looked: insert those again
-        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8
+           AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
                 pending[1], idem_inbox_accept_many.consumer
                 USING ERRCODE = '42501',
@@ -524,79 +622,98 @@ $body$;
 --@ idem_inbox_accept_seq_many(text, text, bigint[], boolean)
 -- src/inbox_batch.c idem_inbox_accept_seq_many: lock the watermark row once
 -- (or start the stream with the first number), decide each number in array
--- order as idem_inbox_accept_seq would, update the row once.
+-- order as idem_inbox_accept_seq would, update the row once.  The decisions
+-- are one statement: with gaps accepted the watermark before a number is
+-- the largest of the row's and of the numbers before it; without, the same
+-- holds up to the first gap, after which a loop decides as the C does.
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text := pg_catalog.current_setting('idempotency.max_key_length', true);
-    max_len integer := 255;
+    setting text;
+    max_len integer;
     now_ts timestamptz;
     bad_n bigint;
     bad_seq bigint;
     mark bigint;
     locked bigint;
-    have_row boolean := false;
-    first_new boolean := false;
+    first_new boolean;
+    gaps boolean;
     s bigint;
+    i integer;
     outcomes text[];
 BEGIN
-    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-    END IF;
-    IF idem_inbox_accept_seq_many.consumer IS NULL THEN
-        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer), max_len);
-    END IF;
-    IF idem_inbox_accept_seq_many.stream IS NULL THEN
-        RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept_seq_many.stream), max_len);
-    END IF;
-    IF idem_inbox_accept_seq_many.seqs IS NULL THEN
-        RAISE EXCEPTION 'seqs must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.>) 1 THEN
-        RAISE EXCEPTION 'seqs must be a one-dimensional array' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The array given has %s dimensions.',
-                                       pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs));
-    END IF;
-    SELECT u.n, u.s INTO bad_n, bad_seq
-    FROM pg_catalog.unnest(idem_inbox_accept_seq_many.seqs) WITH ORDINALITY AS u(s, n)
-    WHERE u.s IS NULL OR u.s OPERATOR(pg_catalog.<) 0
-    ORDER BY u.n LIMIT 1;
-    IF FOUND THEN
-        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1) OPERATOR(pg_catalog.-) 1;
-        IF bad_seq IS NULL THEN
-            RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004',
-                DETAIL = pg_catalog.format('Element %s of seqs is null.', bad_n);
+    IF NOT (idem_inbox_accept_seq_many.accept_gap IS NOT NULL
+            AND pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) 0
+            AND pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.<=) 255
+            AND pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) 0
+            AND pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.<=) 255
+            AND pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.=) 1
+            AND 0::pg_catalog.int8 OPERATOR(pg_catalog.<=) ALL (idem_inbox_accept_seq_many.seqs)
+            AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
+                OPERATOR(pg_catalog.=) '') IS TRUE THEN
+        -- the arguments, every element included, in the C edition's order
+        max_len := 255;
+        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
+        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
         END IF;
-        RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('Element %s of seqs is %s.', bad_n, bad_seq);
-    END IF;
-    IF idem_inbox_accept_seq_many.accept_gap IS NULL THEN
-        RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.=) 0 THEN
-        RETURN;
+        IF idem_inbox_accept_seq_many.consumer IS NULL THEN
+            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer), max_len);
+        END IF;
+        IF idem_inbox_accept_seq_many.stream IS NULL THEN
+            RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept_seq_many.stream), max_len);
+        END IF;
+        IF idem_inbox_accept_seq_many.seqs IS NULL THEN
+            RAISE EXCEPTION 'seqs must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.>) 1 THEN
+            RAISE EXCEPTION 'seqs must be a one-dimensional array' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('The array given has %s dimensions.',
+                                           pg_catalog.array_ndims(idem_inbox_accept_seq_many.seqs));
+        END IF;
+        SELECT u.n, u.s INTO bad_n, bad_seq
+        FROM pg_catalog.unnest(idem_inbox_accept_seq_many.seqs) WITH ORDINALITY AS u(s, n)
+        WHERE u.s IS NULL OR u.s OPERATOR(pg_catalog.<) 0
+        ORDER BY u.n LIMIT 1;
+        IF FOUND THEN
+            bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1)
+                     OPERATOR(pg_catalog.-) 1;
+            IF bad_seq IS NULL THEN
+                RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004',
+                    DETAIL = pg_catalog.format('Element %s of seqs is null.', bad_n);
+            END IF;
+            RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('Element %s of seqs is %s.', bad_n, bad_seq);
+        END IF;
+        IF idem_inbox_accept_seq_many.accept_gap IS NULL THEN
+            RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs) OPERATOR(pg_catalog.=) 0 THEN
+            RETURN;
+        END IF;
     END IF;
     now_ts := pg_catalog.clock_timestamp();
 
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.=) 8 AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+        IF round OPERATOR(pg_catalog.=) 8
+           AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
             RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
                 idem_inbox_accept_seq_many.stream, idem_inbox_accept_seq_many.consumer
                 USING ERRCODE = '42501',
@@ -614,8 +731,7 @@ BEGIN
           AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream
         FOR UPDATE;
         IF FOUND THEN
-            locked := mark;
-            have_row := true;
+            first_new := false;
             EXIT;
         END IF;
         -- a new stream: its first number starts it, as in idem_inbox_accept_seq
@@ -624,37 +740,56 @@ BEGIN
         VALUES (idem_inbox_accept_seq_many.consumer, idem_inbox_accept_seq_many.stream, mark, now_ts)
         ON CONFLICT (consumer, stream) DO NOTHING;
         IF FOUND THEN
-            locked := mark;
             first_new := true;
             EXIT;
         END IF;
         -- else created concurrently: lock it and look again
     END LOOP;
+    locked := mark;
 
-    outcomes := CASE WHEN first_new THEN ARRAY['new'] ELSE '{}' END;
-    FOREACH s IN ARRAY idem_inbox_accept_seq_many.seqs LOOP
-        IF first_new THEN
-            first_new := false;         -- the number that started the stream
-            CONTINUE;
-        END IF;
-        IF s OPERATOR(pg_catalog.<=) mark THEN
-            outcomes := outcomes OPERATOR(pg_catalog.||) 'duplicate'::text;
-        ELSIF s OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1) THEN
-            outcomes := outcomes OPERATOR(pg_catalog.||) 'new'::text;
-            mark := s;
-        ELSE
-            outcomes := outcomes OPERATOR(pg_catalog.||) 'gap'::text;
-            IF idem_inbox_accept_seq_many.accept_gap THEN
+    -- each number against the watermark before it (the first number of a
+    -- new stream: new, it started the stream)
+    SELECT pg_catalog.array_agg(CASE WHEN first_new AND u.n OPERATOR(pg_catalog.=) 1 THEN 'new'
+                                     WHEN u.s OPERATOR(pg_catalog.<=) u.before THEN 'duplicate'
+                                     WHEN u.s OPERATOR(pg_catalog.=) (u.before OPERATOR(pg_catalog.+) 1) THEN 'new'
+                                     ELSE 'gap' END ORDER BY u.n),
+           coalesce(pg_catalog.bool_or(CASE WHEN u.s OPERATOR(pg_catalog.<=) u.before THEN false
+                                            ELSE u.s OPERATOR(pg_catalog.<>) (u.before OPERATOR(pg_catalog.+) 1) END),
+                    false),
+           pg_catalog.max(u.s)
+    INTO outcomes, gaps, s
+    FROM (SELECT x.s, x.n,
+                 greatest(mark, pg_catalog.max(x.s) OVER (ORDER BY x.n ROWS BETWEEN UNBOUNDED PRECEDING
+                                                                                AND 1 PRECEDING)) AS before
+          FROM pg_catalog.unnest(idem_inbox_accept_seq_many.seqs) WITH ORDINALITY AS x(s, n)) AS u;
+    IF idem_inbox_accept_seq_many.accept_gap OR NOT gaps THEN
+        mark := greatest(mark, s);
+    ELSE
+        -- a gap refused: from there the watermark stays where it was, so
+        -- decide in array order, as the C edition does
+        outcomes := '{}';
+        i := 0;
+        FOREACH s IN ARRAY idem_inbox_accept_seq_many.seqs LOOP
+            i := i OPERATOR(pg_catalog.+) 1;
+            IF first_new AND i OPERATOR(pg_catalog.=) 1 THEN
+                outcomes[i] := 'new';   -- the number that started the stream
+            ELSIF s OPERATOR(pg_catalog.<=) mark THEN
+                outcomes[i] := 'duplicate';
+            ELSIF s OPERATOR(pg_catalog.=) (mark OPERATOR(pg_catalog.+) 1) THEN
+                outcomes[i] := 'new';
                 mark := s;
+            ELSE
+                outcomes[i] := 'gap';   -- refused: the watermark stays
             END IF;
-        END IF;
-    END LOOP;
+        END LOOP;
+    END IF;
     IF mark OPERATOR(pg_catalog.<>) locked THEN
         UPDATE @extschema@.idem_inbox_streams AS st SET watermark = mark, updated_at = now_ts
         WHERE st.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.consumer
           AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream;
     END IF;
 
-    RETURN QUERY SELECT u.s, u.o FROM ROWS FROM (pg_catalog.unnest(idem_inbox_accept_seq_many.seqs), pg_catalog.unnest(outcomes)) AS u(s, o);
+    RETURN QUERY SELECT u.s, u.o
+    FROM ROWS FROM (pg_catalog.unnest(idem_inbox_accept_seq_many.seqs), pg_catalog.unnest(outcomes)) AS u(s, o);
 END
 $body$;
