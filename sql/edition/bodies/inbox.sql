@@ -84,8 +84,8 @@ DECLARE
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
     SELECT idem_inbox_accept.consumer, idem_inbox_accept.message_id,
-           n.now OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval)
-    FROM (SELECT pg_catalog.clock_timestamp() AS now) AS n
+           pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+           coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval)
     WHERE idem_inbox_accept.wait
       AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) 0
       AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.<=) 255
@@ -96,7 +96,8 @@ BEGIN
                THEN coalesce(pg_catalog.current_setting('idempotency.retention', true), '') OPERATOR(pg_catalog.=) ''
                WHEN idem_inbox_accept.retention OPERATOR(pg_catalog.<) '1000 years'::pg_catalog.interval
                 AND idem_inbox_accept.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
-               THEN n.now OPERATOR(pg_catalog.+) idem_inbox_accept.retention OPERATOR(pg_catalog.>) n.now
+               THEN pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) idem_inbox_accept.retention
+                    OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
                ELSE false END
     ON CONFLICT (consumer, message_id) DO NOTHING;
     IF FOUND THEN
