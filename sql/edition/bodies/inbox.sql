@@ -68,7 +68,8 @@ $fn$;
 -- new message) is one statement; everything else, the errors included, is
 -- the C edition's path below it.  (In PL/pgSQL each expression evaluated
 -- costs about a microsecond at its first use in a transaction, hence the
--- one statement, and no DECLARE initializers.)
+-- one statement, no DECLARE initializers, and one test of the arguments
+-- before a duplicate's two statements.)
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
@@ -79,8 +80,7 @@ DECLARE
     expires timestamptz;
     lock_timeout_was text;
     inserted boolean;
-    tried boolean;              -- whether the first statement tried the INSERT
-                                -- (a wrong guess costs a round, not a wrong answer)
+    tried boolean;              -- whether round 0 of the loop has its INSERT done
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
     SELECT idem_inbox_accept.consumer, idem_inbox_accept.message_id,
@@ -104,90 +104,117 @@ BEGIN
         RETURN true;
     END IF;
 
-    -- the arguments, in the C edition's order
-    max_len := 255;
-    tried := true;
-    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-        tried := false;
-    END IF;
-    IF idem_inbox_accept.consumer IS NULL THEN
-        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept.consumer), max_len);
-    END IF;
-    IF idem_inbox_accept.message_id IS NULL THEN
-        RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept.message_id), max_len);
-    END IF;
     now_ts := pg_catalog.clock_timestamp();
-    IF idem_inbox_accept.retention IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.retention', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
-        ELSE
-            expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
-                @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
-            tried := false;
-        END IF;
-    ELSE
-        IF idem_inbox_accept.retention OPERATOR(pg_catalog.>=) '1000 years'::pg_catalog.interval THEN
-            tried := false;
-        END IF;
-        expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention;
-        IF expires OPERATOR(pg_catalog.<=) now_ts THEN
-            RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
-                DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept.retention);
-        END IF;
-        IF NOT pg_catalog.isfinite(expires) THEN
-            RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
-        END IF;
-    END IF;
-    IF idem_inbox_accept.wait IS NULL THEN
-        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
-    END IF;
-
-    IF NOT idem_inbox_accept.wait THEN
-        -- the probe: the INSERT, refused at once where it would wait (see the top)
-        LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
-        lock_timeout_was := pg_catalog.current_setting('lock_timeout');
-        FOR attempt IN 1 .. 2 LOOP
-            BEGIN
-                PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
-                INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
-                VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
-                ON CONFLICT (consumer, message_id) DO NOTHING;
-                inserted := FOUND;
-                PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
-                EXIT;
-            EXCEPTION WHEN lock_not_available THEN
-                IF attempt OPERATOR(pg_catalog.=) 2 THEN
-                    RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
-                        idem_inbox_accept.message_id, idem_inbox_accept.consumer
-                        USING ERRCODE = '55P03',
-                              DETAIL = 'Another transaction is accepting it, or purging it.',
-                              HINT = 'Retry after that transaction ends, or call with wait => true to wait for it.';
-                END IF;
-            END;
-        END LOOP;
-        IF inserted THEN
+    IF idem_inbox_accept.wait
+       AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) 0
+       AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.<=) 255
+       AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) 0
+       AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.<=) 255
+       AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '') OPERATOR(pg_catalog.=) ''
+       AND (CASE WHEN idem_inbox_accept.retention IS NULL
+                 THEN coalesce(pg_catalog.current_setting('idempotency.retention', true), '') OPERATOR(pg_catalog.=) ''
+                 WHEN idem_inbox_accept.retention OPERATOR(pg_catalog.<) '1000 years'::pg_catalog.interval
+                  AND idem_inbox_accept.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
+                 THEN now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention OPERATOR(pg_catalog.>) now_ts
+                 ELSE false END) THEN
+        -- valid arguments, and the statement above found the key taken:
+        -- round 0 of the loop below, without the INSERT
+        expires := now_ts OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval);
+        UPDATE @extschema@.idem_inbox AS i SET expires_at = expires
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id
+          AND i.expires_at OPERATOR(pg_catalog.<=) now_ts;
+        IF FOUND THEN
             RETURN true;
         END IF;
-        tried := true;
+        PERFORM FROM @extschema@.idem_inbox AS i
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id;
+        IF FOUND THEN
+            RETURN false;               -- a live duplicate
+        END IF;
+        tried := false;                 -- purged in between: the loop inserts
+    ELSE
+        -- the arguments, in the C edition's order
+        max_len := 255;
+        tried := false;                 -- (the statement above did not try the INSERT)
+        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
+        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+        END IF;
+        IF idem_inbox_accept.consumer IS NULL THEN
+            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept.consumer), max_len);
+        END IF;
+        IF idem_inbox_accept.message_id IS NULL THEN
+            RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept.message_id), max_len);
+        END IF;
+        now_ts := pg_catalog.clock_timestamp();
+        IF idem_inbox_accept.retention IS NULL THEN
+            setting := pg_catalog.current_setting('idempotency.retention', true);
+            IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+                expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
+            ELSE
+                expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
+                    @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
+            END IF;
+        ELSE
+            expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention;
+            IF expires OPERATOR(pg_catalog.<=) now_ts THEN
+                RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
+                    DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept.retention);
+            END IF;
+            IF NOT pg_catalog.isfinite(expires) THEN
+                RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
+            END IF;
+        END IF;
+        IF idem_inbox_accept.wait IS NULL THEN
+            RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
+        END IF;
+
+        IF NOT idem_inbox_accept.wait THEN
+            -- the probe: the INSERT, refused at once where it would wait (see the top)
+            LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
+            lock_timeout_was := pg_catalog.current_setting('lock_timeout');
+            FOR attempt IN 1 .. 2 LOOP
+                BEGIN
+                    PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                    INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
+                    VALUES (idem_inbox_accept.consumer, idem_inbox_accept.message_id, expires)
+                    ON CONFLICT (consumer, message_id) DO NOTHING;
+                    inserted := FOUND;
+                    PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
+                    EXIT;
+                EXCEPTION WHEN lock_not_available THEN
+                    IF attempt OPERATOR(pg_catalog.=) 2 THEN
+                        RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
+                            idem_inbox_accept.message_id, idem_inbox_accept.consumer
+                            USING ERRCODE = '55P03',
+                                  DETAIL = 'Another transaction is accepting it, or purging it.',
+                                  HINT = 'Retry after that transaction ends, or call with wait => true to wait for it.';
+                    END IF;
+                END;
+            END LOOP;
+            IF inserted THEN
+                RETURN true;
+            END IF;
+            tried := true;
+        END IF;
     END IF;
 
     -- Not inserted: the message is there, or it expired and this call
@@ -215,15 +242,14 @@ BEGIN
         IF FOUND THEN
             RETURN false;               -- a live duplicate
         END IF;
-        IF round OPERATOR(pg_catalog.=) 8
-           AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
-            RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
-                idem_inbox_accept.message_id, idem_inbox_accept.consumer
-                USING ERRCODE = '42501',
-                      DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
-                      HINT = 'Check idempotency.scope and the policies of idem_inbox.';
-        END IF;
         IF round OPERATOR(pg_catalog.=) 8 THEN
+            IF pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+                RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
+                    idem_inbox_accept.message_id, idem_inbox_accept.consumer
+                    USING ERRCODE = '42501',
+                          DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
+                          HINT = 'Check idempotency.scope and the policies of idem_inbox.';
+            END IF;
             RAISE EXCEPTION 'could not accept message "%" because of concurrent changes',
                 idem_inbox_accept.message_id
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
@@ -264,57 +290,66 @@ BEGIN
         RETURN 'new';
     END IF;
 
-    max_len := 255;
-    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-    END IF;
-    IF idem_inbox_accept_seq.consumer IS NULL THEN
-        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept_seq.consumer), max_len);
-    END IF;
-    IF idem_inbox_accept_seq.stream IS NULL THEN
-        RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept_seq.stream), max_len);
-    END IF;
-    IF idem_inbox_accept_seq.seq IS NULL THEN
-        RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF idem_inbox_accept_seq.accept_gap IS NULL THEN
-        RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<) 0 THEN
-        RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The sequence number given was %s.', idem_inbox_accept_seq.seq);
+    IF (idem_inbox_accept_seq.seq OPERATOR(pg_catalog.>=) 0
+        AND idem_inbox_accept_seq.accept_gap IS NOT NULL
+        AND pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) 0
+        AND pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.<=) 255
+        AND pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) 0
+        AND pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.<=) 255
+        AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
+            OPERATOR(pg_catalog.=) '') IS NOT TRUE THEN
+        -- the arguments, in the C edition's order
+        max_len := 255;
+        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
+        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
+        END IF;
+        IF idem_inbox_accept_seq.consumer IS NULL THEN
+            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept_seq.consumer), max_len);
+        END IF;
+        IF idem_inbox_accept_seq.stream IS NULL THEN
+            RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept_seq.stream), max_len);
+        END IF;
+        IF idem_inbox_accept_seq.seq IS NULL THEN
+            RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF idem_inbox_accept_seq.accept_gap IS NULL THEN
+            RAISE EXCEPTION 'accept_gap must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF idem_inbox_accept_seq.seq OPERATOR(pg_catalog.<) 0 THEN
+            RAISE EXCEPTION 'sequence number must not be negative' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('The sequence number given was %s.', idem_inbox_accept_seq.seq);
+        END IF;
     END IF;
     now_ts := pg_catalog.clock_timestamp();
 
     -- (the UPDATE above was the C edition's first statement, or, under
     -- settings it leaves to this path, the lock below decides the same)
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.=) 8
-           AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
-            RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
-                idem_inbox_accept_seq.stream, idem_inbox_accept_seq.consumer
-                USING ERRCODE = '42501',
-                      DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
-                      HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
-        END IF;
         IF round OPERATOR(pg_catalog.=) 8 THEN
+            IF pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+                RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
+                    idem_inbox_accept_seq.stream, idem_inbox_accept_seq.consumer
+                    USING ERRCODE = '42501',
+                          DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
+                          HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
+            END IF;
             RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
                 idem_inbox_accept_seq.seq, idem_inbox_accept_seq.stream
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
@@ -422,74 +457,79 @@ BEGIN
         RETURN;
     END IF;
 
-    -- the arguments, every element included, in the C edition's order
-    max_len := 255;
-    setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-    IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-        max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-    END IF;
-    IF idem_inbox_accept_many.consumer IS NULL THEN
-        RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
-        RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-    END IF;
-    IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
-        RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                       pg_catalog.octet_length(idem_inbox_accept_many.consumer), max_len);
-    END IF;
-    IF idem_inbox_accept_many.message_ids IS NULL THEN
-        RAISE EXCEPTION 'message_ids must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.>) 1 THEN
-        RAISE EXCEPTION 'message_ids must be a one-dimensional array' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The array given has %s dimensions.',
-                                       pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
-    END IF;
-    SELECT m.n, m.id INTO bad_n, bad_id
-    FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
-    WHERE m.id IS NULL OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) max_len
-    ORDER BY m.n LIMIT 1;
-    IF FOUND THEN
-        bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1)
-                 OPERATOR(pg_catalog.-) 1;
-        IF bad_id IS NULL THEN
-            RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004',
-                DETAIL = pg_catalog.format('Element %s of message_ids is null.', bad_n);
-        ELSIF pg_catalog.octet_length(bad_id) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023',
-                DETAIL = pg_catalog.format('Element %s of message_ids is empty.', bad_n);
-        END IF;
-        RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
-            DETAIL = pg_catalog.format('Element %s of message_ids is %s bytes long; idempotency.max_key_length is %s.',
-                                       bad_n, pg_catalog.octet_length(bad_id), max_len);
-    END IF;
-    now_ts := pg_catalog.clock_timestamp();
-    IF idem_inbox_accept_many.retention IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.retention', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
-        ELSE
-            expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
-                @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
-        END IF;
+    IF fast THEN
+        now_ts := pg_catalog.clock_timestamp();
+        expires := now_ts OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept_many.retention, '1 day'::pg_catalog.interval);
     ELSE
-        expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept_many.retention;
-        IF expires OPERATOR(pg_catalog.<=) now_ts THEN
-            RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
-                DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept_many.retention);
+        -- the arguments, every element included, in the C edition's order
+        max_len := 255;
+        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
+        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
+            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
         END IF;
-        IF NOT pg_catalog.isfinite(expires) THEN
-            RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
+        IF idem_inbox_accept_many.consumer IS NULL THEN
+            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
         END IF;
-    END IF;
-    IF idem_inbox_accept_many.wait IS NULL THEN
-        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.cardinality(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.=) 0 THEN
-        RETURN;
+        IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
+        END IF;
+        IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
+            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
+                                           pg_catalog.octet_length(idem_inbox_accept_many.consumer), max_len);
+        END IF;
+        IF idem_inbox_accept_many.message_ids IS NULL THEN
+            RAISE EXCEPTION 'message_ids must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.array_ndims(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.>) 1 THEN
+            RAISE EXCEPTION 'message_ids must be a one-dimensional array' USING ERRCODE = '22023',
+                DETAIL = pg_catalog.format('The array given has %s dimensions.',
+                                           pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
+        END IF;
+        SELECT m.n, m.id INTO bad_n, bad_id
+        FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
+        WHERE m.id IS NULL OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.=) 0
+           OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.>) max_len
+        ORDER BY m.n LIMIT 1;
+        IF FOUND THEN
+            bad_n := bad_n OPERATOR(pg_catalog.+) pg_catalog.array_lower(idem_inbox_accept_many.message_ids, 1)
+                     OPERATOR(pg_catalog.-) 1;
+            IF bad_id IS NULL THEN
+                RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004',
+                    DETAIL = pg_catalog.format('Element %s of message_ids is null.', bad_n);
+            ELSIF pg_catalog.octet_length(bad_id) OPERATOR(pg_catalog.=) 0 THEN
+                RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023',
+                    DETAIL = pg_catalog.format('Element %s of message_ids is empty.', bad_n);
+            END IF;
+            RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
+                DETAIL = pg_catalog.format('Element %s of message_ids is %s bytes long; idempotency.max_key_length is %s.',
+                                           bad_n, pg_catalog.octet_length(bad_id), max_len);
+        END IF;
+        now_ts := pg_catalog.clock_timestamp();
+        IF idem_inbox_accept_many.retention IS NULL THEN
+            setting := pg_catalog.current_setting('idempotency.retention', true);
+            IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
+                expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
+            ELSE
+                expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
+                    @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
+            END IF;
+        ELSE
+            expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept_many.retention;
+            IF expires OPERATOR(pg_catalog.<=) now_ts THEN
+                RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
+                    DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept_many.retention);
+            END IF;
+            IF NOT pg_catalog.isfinite(expires) THEN
+                RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
+            END IF;
+        END IF;
+        IF idem_inbox_accept_many.wait IS NULL THEN
+            RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
+        END IF;
+        IF pg_catalog.cardinality(idem_inbox_accept_many.message_ids) OPERATOR(pg_catalog.=) 0 THEN
+            RETURN;
+        END IF;
     END IF;
 
     IF fast THEN
@@ -597,15 +637,14 @@ BEGIN
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- purged since the INSERT looked: insert those again
-        IF round OPERATOR(pg_catalog.=) 8
-           AND pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
-            RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
-                pending[1], idem_inbox_accept_many.consumer
-                USING ERRCODE = '42501',
-                      DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
-                      HINT = 'Check idempotency.scope and the policies of idem_inbox.';
-        END IF;
         IF round OPERATOR(pg_catalog.=) 8 THEN
+            IF pg_catalog.row_security_active('@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+                RAISE EXCEPTION 'message "%" of consumer "%" exists, but row-level security hides it',
+                    pending[1], idem_inbox_accept_many.consumer
+                    USING ERRCODE = '42501',
+                          DETAIL = 'The INSERT conflicts with a row of idem_inbox that its policies do not let this role read.',
+                          HINT = 'Check idempotency.scope and the policies of idem_inbox.';
+            END IF;
             RAISE EXCEPTION 'could not accept message "%" because of concurrent changes', pending[1]
                 USING ERRCODE = '40001', HINT = 'Retry the transaction.';
         END IF;
@@ -713,15 +752,14 @@ BEGIN
     now_ts := pg_catalog.clock_timestamp();
 
     FOR round IN 0 .. 8 LOOP
-        IF round OPERATOR(pg_catalog.=) 8
-           AND pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
-            RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
-                idem_inbox_accept_seq_many.stream, idem_inbox_accept_seq_many.consumer
-                USING ERRCODE = '42501',
-                      DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
-                      HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
-        END IF;
         IF round OPERATOR(pg_catalog.=) 8 THEN
+            IF pg_catalog.row_security_active('@extschema@.idem_inbox_streams'::pg_catalog.regclass) THEN
+                RAISE EXCEPTION 'stream "%" of consumer "%" exists, but row-level security hides it',
+                    idem_inbox_accept_seq_many.stream, idem_inbox_accept_seq_many.consumer
+                    USING ERRCODE = '42501',
+                          DETAIL = 'The INSERT conflicts with a row of idem_inbox_streams that its policies do not let this role read.',
+                          HINT = 'Check idempotency.scope and the policies of idem_inbox_streams.';
+            END IF;
             RAISE EXCEPTION 'could not accept sequence number % of stream "%" because of concurrent changes',
                 idem_inbox_accept_seq_many.seqs[pg_catalog.array_lower(idem_inbox_accept_seq_many.seqs, 1)],
                 idem_inbox_accept_seq_many.stream
