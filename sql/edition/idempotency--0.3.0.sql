@@ -354,10 +354,10 @@ BEGIN
            pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
            coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval)
     WHERE idem_inbox_accept.wait
-      AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) 0
-      AND pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.<=) 255
-      AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) 0
-      AND pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.<=) 255
+      AND idem_inbox_accept.consumer OPERATOR(pg_catalog.<>) ''
+      AND idem_inbox_accept.message_id OPERATOR(pg_catalog.<>) ''
+      AND greatest(pg_catalog.octet_length(idem_inbox_accept.consumer),
+                   pg_catalog.octet_length(idem_inbox_accept.message_id)) OPERATOR(pg_catalog.<=) 255
       AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '') OPERATOR(pg_catalog.=) ''
       AND CASE WHEN idem_inbox_accept.retention IS NULL
                THEN coalesce(pg_catalog.current_setting('idempotency.retention', true), '') OPERATOR(pg_catalog.=) ''
