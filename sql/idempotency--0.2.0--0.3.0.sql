@@ -581,7 +581,7 @@ BEGIN
     IF batch_size < 1 OR max_batches < 1 THEN
         RAISE EXCEPTION 'batch_size and max_batches must be at least 1' USING ERRCODE = '22023';
     END IF;
-    IF to_regprocedure('cron.schedule(text, text, text)') IS NULL THEN
+    IF to_regclass('cron.job') IS NULL THEN
         RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
             USING ERRCODE = '55000',
                   HINT = format('Run CREATE EXTENSION pg_cron in the database that cron.database_name names; '
@@ -603,7 +603,7 @@ AS $$
 DECLARE
     job_name constant text := 'idempotency purge: ' || current_database();
 BEGIN
-    IF to_regprocedure('cron.unschedule(text)') IS NULL THEN
+    IF to_regclass('cron.job') IS NULL THEN
         RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()
             USING ERRCODE = '55000';
     END IF;

@@ -156,6 +156,14 @@ idem_in_chroot() {
         (cd "$IDEM_ROOT" && tar --exclude='*.o' --exclude='*.so' --exclude='*.bc' -cf - .) |
             tar -xf - -C "$copy" || { exec 9>&-; return 1; }
     fi
+    # pg_tle's source archive (test/lib.sh idem_pg_tle_tarball), where the
+    # machine has it, at the default place relative to the copy.
+    local tle
+    rm -rf "$dir/build/shared"
+    if tle=$(idem_pg_tle_tarball); then
+        mkdir -p "$dir/build/shared/components" && cp "$tle" "$dir/build/shared/components/" ||
+            { exec 9>&-; return 1; }
+    fi
     # The machine's own trust anchors go along, as its resolv.conf does: where
     # a proxy re-signs TLS (npm's registry, say), the chroot must trust it too.
     if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
@@ -170,6 +178,8 @@ idem_in_chroot() {
     for name in $(compgen -e); do
         case $name in
             IDEM_ROOT|IDEM_PACKAGES|IDEM_PG_BINDIR|IDEM_CACHE|IDEM_PG_MAJOR|IDEM_IN_CHROOT) ;;
+            # a path of the machine: the archive is copied (above)
+            IDEM_PG_TLE_SRC) [ -z "${tle:-}" ] || envs+=("IDEM_PG_TLE_SRC=/build/shared/components/$(basename "$tle")") ;;
             IDEM_*|BENCH_*) envs+=("$name=${!name}") ;;
             # Node.js reads no system store by itself; point it at the chroot's
             NODE_EXTRA_CA_CERTS) envs+=("NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt") ;;

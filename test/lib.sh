@@ -70,9 +70,25 @@ idem_install_packages() {
 # version, so that several checkouts can install and test side by side.
 idem_bindir() { echo "${IDEM_PG_BINDIR:-/usr/lib/postgresql/$IDEM_PG_MAJOR/bin}"; }
 
+# IDEM_EDITION=sql runs a script against the SQL edition instead (sql/edition):
+# then IDEM_PG_BINDIR is a tree of idem_sql_edition_tree, made here unless
+# given, nothing is built, and nothing is preloaded.
+IDEM_EDITION=${IDEM_EDITION:-c}
+
 # Build with -Werror and install into the server's directories.
 idem_build_install() {
     local pg_config
+    if [ "$IDEM_EDITION" = sql ]; then
+        if [ -z "${IDEM_PG_BINDIR:-}" ]; then
+            IDEM_PG_BINDIR=$(idem_sql_edition_tree "$(mktemp -d /tmp/idempotency-sql-tree.XXXXXX)") || return 1
+            export IDEM_PG_BINDIR
+        fi
+        [ -f "$("$IDEM_PG_BINDIR/pg_config" --sharedir)/extension/idempotency.control" ] &&
+            ! grep -q module_pathname "$("$IDEM_PG_BINDIR/pg_config" --sharedir)/extension/idempotency.control" || {
+            idem_log "IDEM_EDITION=sql: $IDEM_PG_BINDIR is not a tree of the SQL edition"; return 1; }
+        idem_log "the SQL edition, in $IDEM_PG_BINDIR"
+        return 0
+    fi
     pg_config="$(idem_bindir)/pg_config"
     idem_log "building and installing the extension"
     make -C "$IDEM_ROOT" -s PG_CONFIG="$pg_config" >/dev/null
@@ -133,6 +149,7 @@ idem_cluster_start() {
 # tests that use those databases).
 idem_preload_conf() {
     local IFS=,
+    [ "$IDEM_EDITION" = sql ] && return 0     # no library, no worker
     printf '%s\n' "shared_preload_libraries = 'idempotency'" \
         "idempotency.databases = '$*'" \
         "idempotency.purge_interval = 1"
@@ -238,15 +255,106 @@ idem_sql_edition_tree() {
     idem_as_root mkdir -p "$dir$lib" "$dir$share"
     idem_as_root cp -a "$lib/." "$dir$lib/"
     idem_as_root cp -a "$share/." "$dir$share/"
-    idem_as_root rm -f "$dir$lib"/lib/idempotency* "$dir$lib"/lib/bitcode/idempotency.index.bc \
-        "$dir$share"/extension/idempotency*
+    # the router (SQL for PL/Proxy's proxy database) is no part of either edition
+    idem_as_root rm -f "$dir$lib"/lib/idempotency.so "$dir$lib"/lib/bitcode/idempotency.index.bc \
+        "$dir$share"/extension/idempotency.control "$dir$share"/extension/idempotency--*
     idem_as_root rm -rf "$dir$lib"/lib/bitcode/idempotency "$dir$lib/include/server/extension/idempotency"
+    if ! compgen -G "$IDEM_ROOT/sql/edition/idempotency--*[0-9].sql" >/dev/null; then
+        idem_log "sql/edition has no extension script: make -C sql/edition (or draft)"
+        return 1
+    fi
     idem_as_root cp "$IDEM_ROOT/sql/edition/idempotency.control" \
         "$IDEM_ROOT"/sql/edition/idempotency--*[0-9].sql "$dir$share/extension/"
-    if find "$dir" -name 'idempotency*' | grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
+    if find "$dir" -name 'idempotency*' -not -name 'idempotency_router*' |
+        grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
         idem_log "the SQL edition's tree still holds a file of the C edition:"
         find "$dir" -name 'idempotency*' >&2
         return 1
     fi
     echo "$dir$lib/bin"
+}
+
+# pg_tle (Trusted Language Extensions), which the SQL edition's pg_tle
+# install needs, is in no package archive: its source archive is taken from
+# IDEM_PG_TLE_SRC, a folder holding pg_tle-VERSION.tar.gz or such a file
+# itself, by default ../shared/components next to the checkout (where the
+# project's machines keep it).  IDEM_PG_TLE_VERSION picks the release
+# (1.5.2: what the managed services run).
+IDEM_PG_TLE_VERSION=${IDEM_PG_TLE_VERSION:-1.5.2}
+
+# idem_pg_tle_tarball: the path of pg_tle's source archive; nothing and
+# status 1 where there is none.
+idem_pg_tle_tarball() {
+    local src=${IDEM_PG_TLE_SRC:-$IDEM_ROOT/../shared/components}
+    [ -d "$src" ] && src=$src/pg_tle-$IDEM_PG_TLE_VERSION.tar.gz
+    [ -f "$src" ] || return 1
+    (cd "$(dirname "$src")" && echo "$(pwd -P)/$(basename "$src")")
+}
+
+# idem_pg_tle_missing: the one line that says why pg_tle stages are skipped.
+idem_pg_tle_missing() {
+    echo "pg_tle's source is missing: no pg_tle-$IDEM_PG_TLE_VERSION.tar.gz in" \
+        "${IDEM_PG_TLE_SRC:-../shared/components} (set IDEM_PG_TLE_SRC to its folder or archive)"
+}
+
+# idem_pg_tle_build [BINDIR]: build pg_tle for this major version and install
+# it into the installation of BINDIR (by default idem_bindir's, e.g. a tree
+# of idem_sql_edition_tree); the server must then preload it
+# (shared_preload_libraries = 'pg_tle').  It compiles with BINDIR's
+# pg_config where that installation has the server headers, else with the
+# packaged one of the same major (a relocated copy of Debian's tree has no
+# headers), installs into a staging folder kept under IDEM_CACHE (a second
+# call only copies it), and copies that into BINDIR's pkglibdir and
+# extension folder.  Returns 2, saying why in one line, where the source is
+# missing; two callers at once take turns on a lock file.
+idem_pg_tle_build() {
+    local bindir=${1:-$(idem_bindir)} tarball lock
+    if ! tarball=$(idem_pg_tle_tarball); then
+        idem_log "$(idem_pg_tle_missing)"
+        return 2
+    fi
+    lock=$IDEM_CACHE/pg_tle-$IDEM_PG_MAJOR.lock
+    idem_as_root mkdir -p "$IDEM_CACHE"
+    idem_as_root touch "$lock" && idem_as_root chmod 666 "$lock"
+    (
+        flock 9 || exit 1
+        idem_pg_tle_build_locked "$bindir" "$tarball"
+    ) 9>>"$lock"
+}
+
+idem_pg_tle_build_locked() {
+    local bindir=$1 tarball=$2 pg_config major sum cache started
+    local from_lib from_share to_lib to_share
+    pg_config=$bindir/pg_config
+    [ -x "$pg_config" ] || { idem_log "pg_tle: no pg_config in $bindir"; return 1; }
+    major=$("$pg_config" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+    [ -f "$("$pg_config" --includedir-server)/postgres.h" ] ||
+        pg_config=/usr/lib/postgresql/$major/bin/pg_config
+    [ -f "$("$pg_config" --includedir-server)/postgres.h" ] ||
+        { idem_log "pg_tle: no server headers for PostgreSQL $major (postgresql-server-dev-$major)"; return 1; }
+    # one build per archive, major version and compiling pg_config
+    sum=$( { sha256sum <"$tarball"; echo "$pg_config"; } | sha256sum | cut -c1-12)
+    cache=$IDEM_CACHE/pg_tle-$major-$sum
+    if [ ! -f "$cache/stamp" ]; then
+        started=$SECONDS
+        idem_install_packages libkrb5-dev flex bison || return 1
+        idem_as_root rm -rf "$cache"
+        idem_as_root mkdir -p "$cache/source" "$cache/stage"
+        idem_as_root chown -R "$(id -u):$(id -g)" "$cache"
+        idem_log "pg_tle: building $(basename "$tarball") for PostgreSQL $major"
+        tar -xzf "$tarball" -C "$cache/source" --strip-components=1 || return 1
+        (
+            make -C "$cache/source" PG_CONFIG="$pg_config" -j"$(nproc)" &&
+            make -C "$cache/source" PG_CONFIG="$pg_config" DESTDIR="$cache/stage" install
+        ) >"$cache/build.log" 2>&1 || { idem_log "pg_tle: build failed, see $cache/build.log"; return 1; }
+        touch "$cache/stamp"
+        idem_log "pg_tle built in $((SECONDS - started)) s"
+    fi
+    from_lib=$cache/stage$("$pg_config" --pkglibdir)
+    from_share=$cache/stage$("$pg_config" --sharedir)/extension
+    to_lib=$("$bindir/pg_config" --pkglibdir)
+    to_share=$("$bindir/pg_config" --sharedir)/extension
+    idem_as_root cp -a "$from_lib/." "$to_lib/" &&
+        idem_as_root cp -a "$from_share/." "$to_share/" ||
+        { idem_log "pg_tle: could not install into $to_lib and $to_share"; return 1; }
 }

@@ -28,7 +28,7 @@ BEGIN
         IF pg_catalog.length(args) = 0 THEN
             RETURN NULL;
         END IF;
-        nul := pg_catalog.position('\x00'::bytea IN args);
+        nul := pg_catalog.position(args, '\x00'::bytea);
         IF nul = 0 THEN
             arg := args;
             args := ''::bytea;
