@@ -19,48 +19,6 @@
 -- rolled back with the error when it does not, so nothing is written
 -- either way, as in the C edition.
 
---@ internal
--- An integer setting of the extension (a placeholder without the library):
--- its value in the setting's unit, as the C edition's GUC would parse it
--- (src/idempotency.c): an integer, or a number with a unit of time for
--- settings in seconds ("2h", "90min", "1.5d").  Unset or empty: dflt.
-CREATE FUNCTION @extschema@.idem_sql_inbox_setting(name text, dflt integer, lo integer, hi integer,
-                                                   in_seconds boolean)
-RETURNS integer
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    raw text := pg_catalog.current_setting(name, true);
-    parts text[];
-    value numeric;
-BEGIN
-    IF raw IS NULL OR raw = '' THEN
-        RETURN dflt;
-    END IF;
-    parts := pg_catalog.regexp_match(raw, '^\s*([-+]?[0-9]+(?:\.[0-9]*)?|[-+]?\.[0-9]+)\s*([a-z]*)\s*$');
-    IF parts IS NULL OR (parts[2] <> '' AND NOT in_seconds) OR (parts[1] ~ '\.' AND NOT in_seconds)
-       OR parts[2] NOT IN ('', 'us', 'ms', 's', 'min', 'h', 'd') THEN
-        IF in_seconds THEN
-            RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw
-                USING ERRCODE = '22023',
-                      HINT = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".';
-        END IF;
-        RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw USING ERRCODE = '22023';
-    END IF;
-    value := parts[1]::numeric * CASE parts[2] WHEN 'us' THEN 0.000001 WHEN 'ms' THEN 0.001
-                                               WHEN 'min' THEN 60 WHEN 'h' THEN 3600
-                                               WHEN 'd' THEN 86400 ELSE 1 END;
-    value := pg_catalog.round(value);
-    IF value < lo OR value > hi THEN
-        RAISE EXCEPTION '% is outside the valid range for parameter "%" (% .. %)',
-            value || CASE WHEN in_seconds THEN ' s' ELSE '' END, name, lo, hi
-            USING ERRCODE = '22023';
-    END IF;
-    RETURN value;
-END
-$fn$;
-
 --@ idem_inbox_accept(text, text, interval, boolean)
 -- src/inbox.c idem_inbox_accept: insert, or revive a message past its
 -- retention, or find the live duplicate; a purge in between: again.  The
@@ -74,8 +32,6 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text;
-    max_len integer;
     now_ts timestamptz;
     expires timestamptz;
     lock_timeout_was text;
@@ -136,53 +92,11 @@ BEGIN
         tried := false;                 -- purged in between: the loop inserts
     ELSE
         -- the arguments, in the C edition's order
-        max_len := 255;
         tried := false;                 -- (the statement above did not try the INSERT)
-        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-        END IF;
-        IF idem_inbox_accept.consumer IS NULL THEN
-            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept.consumer) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept.consumer), max_len);
-        END IF;
-        IF idem_inbox_accept.message_id IS NULL THEN
-            RAISE EXCEPTION 'message id must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'message id must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept.message_id) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'message id is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept.message_id), max_len);
-        END IF;
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept.consumer, 'consumer');
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept.message_id, 'message id');
         now_ts := pg_catalog.clock_timestamp();
-        IF idem_inbox_accept.retention IS NULL THEN
-            setting := pg_catalog.current_setting('idempotency.retention', true);
-            IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-                expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
-            ELSE
-                expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
-                    @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
-            END IF;
-        ELSE
-            expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention;
-            IF expires OPERATOR(pg_catalog.<=) now_ts THEN
-                RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
-                    DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept.retention);
-            END IF;
-            IF NOT pg_catalog.isfinite(expires) THEN
-                RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
-            END IF;
-        END IF;
+        expires := @extschema@.idem_sql_retention_expiry(idem_inbox_accept.retention, now_ts);
         IF idem_inbox_accept.wait IS NULL THEN
             RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
         END IF;
@@ -267,8 +181,6 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text;
-    max_len integer;
     now_ts timestamptz;
     mark bigint;
     result text;
@@ -299,33 +211,8 @@ BEGIN
         AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
             OPERATOR(pg_catalog.=) '') IS NOT TRUE THEN
         -- the arguments, in the C edition's order
-        max_len := 255;
-        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-        END IF;
-        IF idem_inbox_accept_seq.consumer IS NULL THEN
-            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq.consumer) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept_seq.consumer), max_len);
-        END IF;
-        IF idem_inbox_accept_seq.stream IS NULL THEN
-            RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq.stream) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept_seq.stream), max_len);
-        END IF;
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept_seq.consumer, 'consumer');
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept_seq.stream, 'stream');
         IF idem_inbox_accept_seq.seq IS NULL THEN
             RAISE EXCEPTION 'seq must not be null' USING ERRCODE = '22004';
         END IF;
@@ -399,7 +286,6 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text;
     max_len integer;
     now_ts timestamptz;
     expires timestamptz;
@@ -462,22 +348,7 @@ BEGIN
         expires := now_ts OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept_many.retention, '1 day'::pg_catalog.interval);
     ELSE
         -- the arguments, every element included, in the C edition's order
-        max_len := 255;
-        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-        END IF;
-        IF idem_inbox_accept_many.consumer IS NULL THEN
-            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept_many.consumer), max_len);
-        END IF;
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept_many.consumer, 'consumer');
         IF idem_inbox_accept_many.message_ids IS NULL THEN
             RAISE EXCEPTION 'message_ids must not be null' USING ERRCODE = '22004';
         END IF;
@@ -486,6 +357,7 @@ BEGIN
                 DETAIL = pg_catalog.format('The array given has %s dimensions.',
                                            pg_catalog.array_ndims(idem_inbox_accept_many.message_ids));
         END IF;
+        max_len := @extschema@.idem_sql_max_key_length();
         SELECT m.n, m.id INTO bad_n, bad_id
         FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
         WHERE m.id IS NULL OR pg_catalog.octet_length(m.id) OPERATOR(pg_catalog.=) 0
@@ -506,24 +378,7 @@ BEGIN
                                            bad_n, pg_catalog.octet_length(bad_id), max_len);
         END IF;
         now_ts := pg_catalog.clock_timestamp();
-        IF idem_inbox_accept_many.retention IS NULL THEN
-            setting := pg_catalog.current_setting('idempotency.retention', true);
-            IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-                expires := now_ts OPERATOR(pg_catalog.+) '1 day'::pg_catalog.interval;
-            ELSE
-                expires := now_ts OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>
-                    @extschema@.idem_sql_inbox_setting('idempotency.retention', 86400, 1, 2147483647, true));
-            END IF;
-        ELSE
-            expires := now_ts OPERATOR(pg_catalog.+) idem_inbox_accept_many.retention;
-            IF expires OPERATOR(pg_catalog.<=) now_ts THEN
-                RAISE EXCEPTION 'retention must be positive' USING ERRCODE = '22023',
-                    DETAIL = pg_catalog.format('The interval given was "%s".', idem_inbox_accept_many.retention);
-            END IF;
-            IF NOT pg_catalog.isfinite(expires) THEN
-                RAISE EXCEPTION 'retention must be finite' USING ERRCODE = '22023';
-            END IF;
-        END IF;
+        expires := @extschema@.idem_sql_retention_expiry(idem_inbox_accept_many.retention, now_ts);
         IF idem_inbox_accept_many.wait IS NULL THEN
             RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
         END IF;
@@ -670,8 +525,6 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    setting text;
-    max_len integer;
     now_ts timestamptz;
     bad_n bigint;
     bad_seq bigint;
@@ -693,33 +546,8 @@ BEGIN
             AND coalesce(pg_catalog.current_setting('idempotency.max_key_length', true), '')
                 OPERATOR(pg_catalog.=) '') IS TRUE THEN
         -- the arguments, every element included, in the C edition's order
-        max_len := 255;
-        setting := pg_catalog.current_setting('idempotency.max_key_length', true);
-        IF setting IS NOT NULL AND setting OPERATOR(pg_catalog.<>) '' THEN
-            max_len := @extschema@.idem_sql_inbox_setting('idempotency.max_key_length', 255, 1, 1024, false);
-        END IF;
-        IF idem_inbox_accept_seq_many.consumer IS NULL THEN
-            RAISE EXCEPTION 'consumer must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'consumer must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'consumer is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer), max_len);
-        END IF;
-        IF idem_inbox_accept_seq_many.stream IS NULL THEN
-            RAISE EXCEPTION 'stream must not be null' USING ERRCODE = '22004';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.=) 0 THEN
-            RAISE EXCEPTION 'stream must not be empty' USING ERRCODE = '22023';
-        END IF;
-        IF pg_catalog.octet_length(idem_inbox_accept_seq_many.stream) OPERATOR(pg_catalog.>) max_len THEN
-            RAISE EXCEPTION 'stream is too long' USING ERRCODE = '22001',
-                DETAIL = pg_catalog.format('It is %s bytes long; idempotency.max_key_length is %s.',
-                                           pg_catalog.octet_length(idem_inbox_accept_seq_many.stream), max_len);
-        END IF;
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept_seq_many.consumer, 'consumer');
+        PERFORM @extschema@.idem_sql_arg_key(idem_inbox_accept_seq_many.stream, 'stream');
         IF idem_inbox_accept_seq_many.seqs IS NULL THEN
             RAISE EXCEPTION 'seqs must not be null' USING ERRCODE = '22004';
         END IF;
