@@ -614,6 +614,27 @@ BEGIN
     END LOOP;
     locked := mark;
 
+    -- the common case: the numbers that follow the watermark, in order (or
+    -- the new stream's first number and those that follow it): all new
+    IF mark OPERATOR(pg_catalog.<) (9223372036854775807::pg_catalog.int8
+           OPERATOR(pg_catalog.-) pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs))
+       AND idem_inbox_accept_seq_many.seqs OPERATOR(pg_catalog.=)
+           ARRAY(SELECT pg_catalog.generate_series(
+                     CASE WHEN first_new THEN mark ELSE mark OPERATOR(pg_catalog.+) 1 END,
+                     CASE WHEN first_new THEN mark ELSE mark OPERATOR(pg_catalog.+) 1 END
+                     OPERATOR(pg_catalog.+) (pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs)
+                                             OPERATOR(pg_catalog.-) 1))) THEN
+        mark := idem_inbox_accept_seq_many.seqs[pg_catalog.cardinality(idem_inbox_accept_seq_many.seqs)];
+        IF mark OPERATOR(pg_catalog.<>) locked THEN
+            UPDATE @extschema@.idem_inbox_streams AS st SET watermark = mark, updated_at = now_ts
+            WHERE st.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.consumer
+              AND st.stream OPERATOR(pg_catalog.=) idem_inbox_accept_seq_many.stream;
+        END IF;
+        RETURN QUERY SELECT u.s, 'new'::pg_catalog.text
+        FROM pg_catalog.unnest(idem_inbox_accept_seq_many.seqs) AS u(s);
+        RETURN;
+    END IF;
+
     -- each number against the watermark before it (the first number of a
     -- new stream: new, it started the stream)
     SELECT pg_catalog.array_agg(CASE WHEN first_new AND u.n OPERATOR(pg_catalog.=) 1 THEN 'new'
