@@ -32,11 +32,11 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    now_ts timestamptz;
-    expires timestamptz;
-    lock_timeout_was text;
-    inserted boolean;
-    tried boolean;              -- whether round 0 of the loop has its INSERT done
+    now_ts pg_catalog.timestamptz;
+    expires pg_catalog.timestamptz;
+    lock_timeout_was pg_catalog.text;
+    inserted pg_catalog.bool;
+    tried pg_catalog.bool;              -- whether round 0 of the loop has its INSERT done
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
     SELECT idem_inbox_accept.consumer, idem_inbox_accept.message_id,
@@ -181,9 +181,9 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    now_ts timestamptz;
-    mark bigint;
-    result text;
+    now_ts pg_catalog.timestamptz;
+    mark pg_catalog.int8;
+    result pg_catalog.text;
 BEGIN
     -- the common case, seq = watermark + 1, in one statement
     UPDATE @extschema@.idem_inbox_streams AS s
@@ -286,18 +286,18 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    max_len integer;
-    now_ts timestamptz;
-    expires timestamptz;
-    bad_n bigint;
-    bad_id text;
-    fast boolean;               -- whether the first statement inserted
-    nelems bigint;
-    pending text[];             -- the ids not decided yet, in key order
-    got text[];
-    accepted text[];
-    cur text;
-    lock_timeout_was text;
+    max_len pg_catalog.int4;
+    now_ts pg_catalog.timestamptz;
+    expires pg_catalog.timestamptz;
+    bad_n pg_catalog.int8;
+    bad_id pg_catalog.text;
+    fast pg_catalog.bool;               -- whether the first statement inserted
+    nelems pg_catalog.int8;
+    pending pg_catalog.text[];             -- the ids not decided yet, in key order
+    got pg_catalog.text[];
+    accepted pg_catalog.text[];
+    cur pg_catalog.text;
+    lock_timeout_was pg_catalog.text;
 BEGIN
     WITH v AS (
         SELECT coalesce(pg_catalog.bool_and(m.id IS NOT NULL
@@ -525,16 +525,16 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
-    now_ts timestamptz;
-    bad_n bigint;
-    bad_seq bigint;
-    mark bigint;
-    locked bigint;
-    first_new boolean;
-    gaps boolean;
-    s bigint;
-    i integer;
-    outcomes text[];
+    now_ts pg_catalog.timestamptz;
+    bad_n pg_catalog.int8;
+    bad_seq pg_catalog.int8;
+    mark pg_catalog.int8;
+    locked pg_catalog.int8;
+    first_new pg_catalog.bool;
+    gaps pg_catalog.bool;
+    s pg_catalog.int8;
+    i pg_catalog.int4;
+    outcomes pg_catalog.text[];
 BEGIN
     IF NOT (idem_inbox_accept_seq_many.accept_gap IS NOT NULL
             AND pg_catalog.octet_length(idem_inbox_accept_seq_many.consumer) OPERATOR(pg_catalog.>) 0
