@@ -36,6 +36,7 @@ DECLARE
     expires pg_catalog.timestamptz;
     lock_timeout_was pg_catalog.text;
     inserted pg_catalog.bool;
+    live pg_catalog.bool;
     tried pg_catalog.bool;              -- whether round 0 of the loop has its INSERT done
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
@@ -73,23 +74,18 @@ BEGIN
                   AND idem_inbox_accept.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
                  THEN now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention OPERATOR(pg_catalog.>) now_ts
                  ELSE false END) THEN
-        -- valid arguments, and the statement above found the key taken:
-        -- round 0 of the loop below, without the INSERT
+        -- Valid arguments, and the statement above found the key taken.  A
+        -- live row is a duplicate: the C edition's UPDATE would not match it
+        -- (nor wait for it) and its SELECT would find it, so one SELECT
+        -- answers; an expired row is the loop's to revive.
         expires := now_ts OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval);
-        UPDATE @extschema@.idem_inbox AS i SET expires_at = expires
-        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
-          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id
-          AND i.expires_at OPERATOR(pg_catalog.<=) now_ts;
-        IF FOUND THEN
-            RETURN true;
-        END IF;
-        PERFORM FROM @extschema@.idem_inbox AS i
+        SELECT i.expires_at OPERATOR(pg_catalog.>) now_ts INTO live FROM @extschema@.idem_inbox AS i
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
           AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id;
-        IF FOUND THEN
+        IF live THEN
             RETURN false;               -- a live duplicate
         END IF;
-        tried := false;                 -- purged in between: the loop inserts
+        tried := true;                  -- round 0 below: revive it, or it vanished
     ELSE
         -- the arguments, in the C edition's order
         tried := false;                 -- (the statement above did not try the INSERT)
