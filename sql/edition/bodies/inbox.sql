@@ -384,14 +384,21 @@ BEGIN
     END IF;
 
     IF fast THEN
-        -- the first statement inserted those new: the others are left
+        -- The first statement inserted those new; the others were taken.
+        -- Those live now are duplicates (the C edition's UPDATE would not
+        -- match them, nor wait for them, and its SELECT would find them):
+        -- one SELECT; the expired are round 0's to revive.
         accepted := coalesce(got, '{}');
-        IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
-        END IF;
+        SELECT pg_catalog.array_agg(i.message_id) INTO got FROM @extschema@.idem_inbox AS i
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) ANY (pending)
+          AND i.expires_at OPERATOR(pg_catalog.>) now_ts;
+        pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
+                         WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(accepted) AS g(id)
+                                           WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
+                                           WHERE g.id OPERATOR(pg_catalog.=) p.id)
+                         ORDER BY p.n);
     ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
@@ -502,6 +509,9 @@ BEGIN
     END LOOP;
 
     -- the new ids, in the order of their first appearance
+    IF pg_catalog.cardinality(accepted) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT m.id
     FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
