@@ -393,12 +393,10 @@ BEGIN
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
           AND i.message_id OPERATOR(pg_catalog.=) ANY (pending)
           AND i.expires_at OPERATOR(pg_catalog.>) now_ts;
-        pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                         WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(accepted) AS g(id)
-                                           WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                           WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                         ORDER BY p.n);
+        pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                           EXCEPT
+                                           SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(accepted OPERATOR(pg_catalog.||) got) AS g(id)) AS x
+                         ORDER BY x.id);
     ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
@@ -438,10 +436,10 @@ BEGIN
         END;
         accepted := coalesce(got, '{}');
         IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
         END IF;
     ELSE
         accepted := '{}';
@@ -460,10 +458,10 @@ BEGIN
             SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
             IF got IS NOT NULL THEN
                 accepted := accepted OPERATOR(pg_catalog.||) got;
-                pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                                 WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                                   WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                                 ORDER BY p.n);
+                pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                                   EXCEPT
+                                                   SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                                 ORDER BY x.id);
                 EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
             END IF;
         END IF;
@@ -477,10 +475,10 @@ BEGIN
         SELECT pg_catalog.array_agg(rev.message_id) INTO got FROM rev;
         IF got IS NOT NULL THEN
             accepted := accepted OPERATOR(pg_catalog.||) got;
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- the live duplicates
@@ -488,10 +486,10 @@ BEGIN
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
           AND i.message_id OPERATOR(pg_catalog.=) ANY (pending);
         IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- purged since the INSERT looked: insert those again
@@ -512,11 +510,21 @@ BEGIN
     IF pg_catalog.cardinality(accepted) OPERATOR(pg_catalog.=) 0 THEN
         RETURN;
     END IF;
+    -- (sorted, not joined: a generic plan guesses 10 elements per array and
+    -- would join in a nested loop, quadratic in a large batch)
     RETURN QUERY
-    SELECT m.id
-    FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
-    JOIN pg_catalog.unnest(accepted) AS a(id) ON a.id OPERATOR(pg_catalog.=) m.id
-    GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+    SELECT w.id FROM (
+        SELECT u.id, u.n, u.src,
+               pg_catalog.row_number() OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS k,
+               pg_catalog.first_value(u.src) OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS first_src
+        FROM (SELECT a.id COLLATE pg_catalog."C" AS id, NULL::pg_catalog.int8 AS n, 0 AS src
+              FROM pg_catalog.unnest(accepted) AS a(id)
+              UNION ALL
+              SELECT m.id COLLATE pg_catalog."C", m.n, 1
+              FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)) AS u
+    ) AS w
+    WHERE w.first_src OPERATOR(pg_catalog.=) 0 AND w.k OPERATOR(pg_catalog.=) 2
+    ORDER BY w.n;
 END
 $body$;
 
