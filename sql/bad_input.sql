@@ -27,6 +27,20 @@
 --
 \set SHOW_CONTEXT never
 
+-- The SQL edition (sql/edition, no C library) answers two groups of cases by
+-- design otherwise (test/edition/expected/bad_input.out): the settings
+-- (below) and a trigger function called directly, which PL/pgSQL refuses
+-- (0A000) before its body could say how it must be fired (39P01).
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+\set trigger_called_directly 0A000
+\else
+\set trigger_called_directly 39P01
+\endif
+
 CREATE FUNCTION pg_temp.try(sql text, expected text) RETURNS text
 LANGUAGE plpgsql AS $f$
 DECLARE
@@ -513,6 +527,18 @@ SELECT pg_temp.written();
 -- loaded in this session by now); the purge worker's settings cannot be SET.
 -- The range errors of the settings with a unit are in guc_ranges.sql.
 --
+-- The SQL edition registers no setting: idempotency.* are placeholders that
+-- SET takes whatever their value (no reserved prefix, no purge worker), and
+-- the functions refuse a value they read that is out of range or malformed,
+-- with the same 22023 (test/edition/expected/bad_input.out).
+\if :sql_edition
+SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
+    ('max_key_length 0',         $$SET LOCAL idempotency.max_key_length = 0; SELECT count(*) FROM idem_lookup('bi-k')$$, '22023'),
+    ('max_key_length 1025',      $$SET LOCAL idempotency.max_key_length = 1025; SELECT count(*) FROM idem_lookup('bi-k')$$, '22023'),
+    ('max_key_length abc',       $$SET LOCAL idempotency.max_key_length = 'abc'; SELECT count(*) FROM idem_lookup('bi-k')$$, '22023'),
+    ('default_lease 1 fortnight', $$SET LOCAL idempotency.default_lease = '1 fortnight'; SELECT count(*) FROM idem_claim('bi-k', '\x01')$$, '22023')
+) AS c(input, sql, expected);
+\else
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('max_key_length 0',         $$SET idempotency.max_key_length = 0$$,                '22023'),
     ('max_key_length 1025',      $$SET idempotency.max_key_length = 1025$$,             '22023'),
@@ -522,6 +548,7 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('purge_interval',           $$SET idempotency.purge_interval = 5$$,                '55P02'),
     ('databases',                $$SET idempotency.databases = 'x; DROP TABLE bi_orders'$$, '55P02')
 ) AS c(input, sql, expected);
+\endif
 SELECT pg_temp.written();
 
 --
@@ -652,7 +679,7 @@ SELECT pg_temp.written();
 -- error of the INSERT or UPDATE that follows it.
 --
 SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
-    ('enforce: called directly',   $$SELECT idem_enforce_transition()$$,                               '39P01'),
+    ('enforce: called directly',   $$SELECT idem_enforce_transition()$$,                               :'trigger_called_directly'),
     ('enforce: AFTER trigger',     $$CREATE TRIGGER bi_zz AFTER INSERT ON bi_plain FOR EACH ROW EXECUTE FUNCTION idem_enforce_transition('bi_m', 'status'); INSERT INTO bi_plain VALUES (5, 'new')$$, '39P01'),
     ('enforce: statement trigger', $$CREATE TRIGGER bi_zz BEFORE INSERT ON bi_plain FOR EACH STATEMENT EXECUTE FUNCTION idem_enforce_transition('bi_m', 'status'); INSERT INTO bi_plain VALUES (5, 'new')$$, '39P01'),
     ('enforce: DELETE trigger',    $$CREATE TRIGGER bi_zz BEFORE DELETE ON bi_plain FOR EACH ROW EXECUTE FUNCTION idem_enforce_transition('bi_m', 'status'); DELETE FROM bi_plain$$, '39P01'),
@@ -671,7 +698,7 @@ SELECT input, pg_temp.try(sql, expected) AS outcome FROM (VALUES
     ('enforce: UPDATE no move',     $$UPDATE bi_orders SET status = 'refunded'$$,                         'IK005'),
     ('log: called directly',        $$SELECT idem_log_transition()$$,                                     '0A000'),
     ('apply_settings: called directly', $$SELECT idem_apply_settings()$$,                                 '0A000'),
-    ('machines_changed: called directly', $$SELECT idem_machines_changed()$$,                             '39P01'),
+    ('machines_changed: called directly', $$SELECT idem_machines_changed()$$,                             :'trigger_called_directly'),
     ('machines_changed: row trigger', $$CREATE TRIGGER bi_zz BEFORE INSERT ON bi_plain FOR EACH ROW EXECUTE FUNCTION idem_machines_changed(); INSERT INTO bi_plain VALUES (5, 'new')$$, '39P01'),
     ('trigger_arg: invalid UTF-8',  $$SELECT idem_trigger_arg('\xc32800', 1)$$,                          '22021'),
     ('trigger_arg: tgargs NULL',    $$SELECT idem_trigger_arg(NULL, 1)$$,                                 '00000'),

@@ -1,3 +1,4 @@
+-- idem-test: c-edition-only: the range checks of registered settings (SET refuses a value out of range); the SQL edition has no library to register idempotency.*, only placeholders
 --
 -- The range errors of the settings that have a unit.  PostgreSQL writes the
 -- message, and from 17 it names the unit in the range too ("(1 ms ..

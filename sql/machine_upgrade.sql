@@ -1,3 +1,4 @@
+-- idem-test: c-edition-only: it attaches machines under 0.1.0 and updates; the SQL edition starts at 0.3.0, with no script of an older version
 --
 -- State machines attached under 0.1.0, with the new library, then updated in
 -- place: 0.1.0's attachments (one BEFORE trigger each) keep working, already

@@ -60,11 +60,20 @@ SELECT * FROM nested_seen;
 SELECT nested_insert_plans();
 
 -- the rename makes every plan old, but the running one is freed only after
--- the outer call has finished with it
+-- the outer call has finished with it (not in the SQL edition, whose bodies
+-- name their schema: they fail while it has another name;
+-- test/edition/expected/nested_calls.out)
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+\else
 DELETE FROM nested_seen;
 SELECT outcome, token FROM idem_claim('nested-rename', '\x01');
 SELECT idem_complete('nested-rename', 1, '"done"');
 SELECT * FROM nested_seen;
+\endif
 -- the old plans are gone: the next new claim prepares the only INSERT plan
 SELECT outcome, token FROM idem_claim('nested-after', '\x01');
 SELECT nested_insert_plans();

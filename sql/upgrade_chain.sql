@@ -1,3 +1,4 @@
+-- idem-test: c-edition-only: it installs 0.1.0 and updates through the chain; the SQL edition starts at 0.3.0, with no script of an older version
 --
 -- The upgrade chain, like contrib/pg_stat_statements' oldextversions: each
 -- released version installed, checked, and updated to the next.  In a

@@ -70,14 +70,26 @@ SELECT results_eq($$SELECT idem_inbox_accept('ib.once', 'x'),
                   $$VALUES (true, 1::bigint, false)$$, 'single and batch accepts of one transaction see each other');
 
 -- counters: each distinct id once --------------------------------------------------------------
+-- (the SQL edition has no counters: the accepts run, their count is skipped)
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+\else
 CREATE TEMP TABLE stats_before AS SELECT counter, value FROM idem_stats();
+\endif
 SELECT is((SELECT count(*) FROM idem_inbox_accept_many('ib.count', '{a,b,a,c,b,a}')), 3::bigint, 'three new ids');
 SELECT is((SELECT count(*) FROM idem_inbox_accept_many('ib.count', '{a,b,d,d}')), 1::bigint, 'then one new, two duplicates');
+\if :sql_edition
+SELECT skip('idem_stats raises 55000 in the SQL edition: no counters without the C library (README, "What needs the C library")', 1);
+\else
 SELECT results_eq(
     $$SELECT s.counter COLLATE "default", s.value - b.value FROM idem_stats() s JOIN stats_before b USING (counter)
       WHERE s.counter IN ('inbox_accepted', 'inbox_duplicates') ORDER BY 1$$,
     $$VALUES ('inbox_accepted', 4::bigint), ('inbox_duplicates', 2::bigint)$$,
     'idem_stats counts 4 accepted and 2 duplicates: an id repeated inside a batch counts once');
+\endif
 
 -- retention: expired ids are new again; purged ones too --------------------------------------------
 SELECT is((SELECT count(*) FROM idem_inbox_accept_many('ib.ret', '{e-1,e-2,e-3}', '1 hour')), 3::bigint, 'three ids for an hour');

@@ -66,6 +66,24 @@ END
 $$;
 
 -- statistics -------------------------------------------------------------------------------------
+-- The SQL edition has no counters (README, "What needs the C library"):
+-- idem_stats and idem_stats_reset raise the same 55000, with a hint of its own.
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+SELECT results_eq($$SELECT * FROM pg_temp.error_of('SELECT * FROM idem_stats()')$$,
+                  $$VALUES ('55000', 'idempotency statistics are not available',
+                            'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, '
+                            'and pg_stat_user_functions (track_functions = pl).')$$,
+                  'the SQL edition: idem_stats raises 55000 with a hint');
+SELECT results_eq($$SELECT * FROM pg_temp.error_of('SELECT idem_stats_reset()')$$,
+                  $$VALUES ('55000', 'idempotency statistics are not available',
+                            'Statistics are not available in the SQL edition: watch the views idem_summary and idem_stuck, '
+                            'and pg_stat_user_functions (track_functions = pl).')$$,
+                  'and idem_stats_reset too');
+\else
 SELECT CASE WHEN current_setting('shared_preload_libraries') ~ '(^|[ ,])idempotency($|[ ,])'
     THEN skip('the library is preloaded: statistics are available (test/t covers them)', 2)
     ELSE collect_tap(
@@ -78,6 +96,7 @@ SELECT CASE WHEN current_setting('shared_preload_libraries') ~ '(^|[ ,])idempote
                              'Add idempotency to shared_preload_libraries and restart the server.')$$,
                    'and idem_stats_reset too'))
     END;
+\endif
 
 -- idem_await: arguments --------------------------------------------------------------------------------
 SELECT throws_ok($$SELECT * FROM idem_await(NULL)$$, '22004', 'idempotency key must not be null', 'a NULL key: 22004');
@@ -294,6 +313,25 @@ CREATE TEMP TABLE waiter AS SELECT pid FROM dblink('ot_waiter', 'SELECT pg_backe
 SELECT is(dblink_send_query('ot_waiter', $$SELECT status FROM idem_await('ot.hold', '', '1.5 s')$$),
           1, 'the waiter awaits ot.hold for 1.5 s');
 DO $$ BEGIN PERFORM pg_sleep(0.3); END $$;
+-- The SQL edition's idem_await sleeps in pg_sleep between its reads (no
+-- latch to wait on without the library), and its first read is planned,
+-- which locks every index of the table (AccessShareLock, to the end of the
+-- transaction): a wait event of its own, and the same absence of row locks.
+\if :sql_edition
+SELECT results_eq($$SELECT state, wait_event_type, wait_event, backend_xid IS NULL
+                    FROM pg_stat_activity WHERE pid = (SELECT pid FROM waiter)$$,
+                  $$VALUES ('active', 'Timeout', 'PgSleep', true)$$,
+                  'the SQL edition: the waiter sleeps in pg_sleep (wait event PgSleep), without a transaction id');
+SELECT results_eq($$SELECT locktype, coalesce(relation::regclass::text, ''), mode, granted
+                    FROM pg_locks WHERE pid = (SELECT pid FROM waiter) ORDER BY 1, 2$$,
+                  $$SELECT 'relation', c.oid::regclass::text, 'AccessShareLock', true
+                    FROM pg_class c
+                    WHERE c.oid = 'idempotency_records'::regclass
+                       OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'idempotency_records'::regclass)
+                    UNION ALL SELECT 'virtualxid', '', 'ExclusiveLock', true
+                    ORDER BY 1, 2$$,
+                  'its only locks: AccessShareLock on the table and its indexes (no row lock)');
+\else
 SELECT results_eq($$SELECT state, wait_event_type, wait_event, backend_xid IS NULL
                     FROM pg_stat_activity WHERE pid = (SELECT pid FROM waiter)$$,
                   $$VALUES ('active', 'Extension', 'Extension', true)$$,
@@ -304,6 +342,7 @@ SELECT results_eq($$SELECT locktype, coalesce(relation::regclass::text, ''), mod
                            ('relation', 'idempotency_records_pkey', 'AccessShareLock', true),
                            ('virtualxid', '', 'ExclusiveLock', true)$$,
                   'its only locks: AccessShareLock on the table and its index (no row lock)');
+\endif
 SET LOCAL lock_timeout = '1s';
 CREATE TEMP TABLE t_hold AS SELECT clock_timestamp() AS t0;
 SELECT lives_ok(format('SELECT idem_complete(%L, %s, %L)', 'ot.hold',

@@ -13,9 +13,26 @@ CREATE TEMP TABLE m (name text PRIMARY KEY, id uuid);
 CREATE FUNCTION pg_temp.id(text) RETURNS uuid LANGUAGE sql AS $$ SELECT id FROM m WHERE name = $1 $$;
 CREATE FUNCTION pg_temp.seq(text) RETURNS bigint LANGUAGE sql AS
     $$ SELECT seq FROM idem_outbox WHERE id = (SELECT id FROM m WHERE name = $1) $$;
+-- this session's locks of a class of the emits' (7457 a key's, 7458 a
+-- scope's) in a mode.  The SQL edition (sql/edition/bodies/outbox.sql) takes
+-- them with pg_advisory_xact_lock(int4, int4), the class as the first key:
+-- pg_locks shows it in classid, with objsubid 2; and a scope's shared lock is
+-- pg_advisory_xact_lock_shared's ShareLock where the C edition takes
+-- RowExclusiveLock (the same conflicts between the two modes used).
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+CREATE FUNCTION pg_temp.locks(mode text, class integer) RETURNS bigint LANGUAGE sql AS
+    $$ SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND classid = class
+                                       AND pid = pg_backend_pid() AND granted
+                                       AND mode = CASE $1 WHEN 'RowExclusiveLock' THEN 'ShareLock' ELSE $1 END $$;
+\else
 CREATE FUNCTION pg_temp.locks(mode text, class integer) RETURNS bigint LANGUAGE sql AS
     $$ SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = class
                                        AND pid = pg_backend_pid() AND mode = $1 AND granted $$;
+\endif
 -- what an ORM sends: the columns it maps; the rest take their defaults
 CREATE FUNCTION pg_temp.direct(name text, key text, scope text DEFAULT '') RETURNS uuid LANGUAGE sql AS $$
     INSERT INTO idem_outbox (id, created_at, available_at, updated_at, scope, aggregatetype, aggregateid, payload)

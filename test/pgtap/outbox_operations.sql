@@ -62,9 +62,17 @@ SELECT is((SELECT count(*) FROM idem_outbox WHERE aggregatetype = 'ret'), 4::big
 
 -- statistics ------------------------------------------------------------------------------------
 DELETE FROM idem_outbox;
+-- (the SQL edition has no counters: the calls run, the counts are skipped)
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+\else
 CREATE TEMP TABLE before AS SELECT counter, value FROM idem_stats() WHERE counter LIKE 'outbox%';
 CREATE FUNCTION pg_temp.delta(c text) RETURNS bigint LANGUAGE sql AS $$
     SELECT s.value - b.value FROM idem_stats() s JOIN before b USING (counter) WHERE s.counter = c $$;
+\endif
 SELECT idem_outbox_emit('st', 'a', '{}'), idem_outbox_emit('st', 'b', '{}');
 SELECT cardinality(idem_outbox_emit_batch('st', '{c,d,e}', '{1,2,3}'));
 CREATE TEMP TABLE c1 AS SELECT * FROM idem_outbox_claim('r', 10, '10 ms');
@@ -75,17 +83,29 @@ SELECT pg_sleep(0.05);
 SET LOCAL idempotency.outbox_max_attempts = 1;
 SELECT count(*) FROM idem_outbox_claim('r', 10);
 RESET idempotency.outbox_max_attempts;
+\if :sql_edition
+SELECT skip('idem_stats raises 55000 in the SQL edition: no counters without the C library (README, "What needs the C library")', 5);
+\else
 SELECT is(pg_temp.delta('outbox_emitted'), 5::bigint, 'outbox_emitted counts every message emitted, the batch''s one by one');
 SELECT is(pg_temp.delta('outbox_published'), 2::bigint, 'outbox_published counts messages acked, a repeated ack not again');
 SELECT is(pg_temp.delta('outbox_retried'), 1::bigint, 'outbox_retried counts a nack back to pending');
 SELECT is(pg_temp.delta('outbox_dead'), 2::bigint, 'outbox_dead counts messages whose last lease ran out (d, e)');
 SELECT is(pg_temp.delta('outbox_taken_over'), 0::bigint, 'a lease run out on the last attempt is no take-over');
+\endif
 SELECT lives_ok(format('SELECT idem_outbox_retry(%L)', (SELECT id FROM idem_outbox WHERE aggregateid = 'd')), 'retry d');
+\if :sql_edition
+SELECT skip('idem_stats raises 55000 in the SQL edition: no counters without the C library (README, "What needs the C library")', 1);
+\else
 SELECT is(pg_temp.delta('outbox_retried'), 2::bigint, 'outbox_retried counts idem_outbox_retry too');
+\endif
 CREATE TEMP TABLE c2 AS SELECT * FROM idem_outbox_claim('r', 10, '10 ms');
 SELECT pg_sleep(0.05);
 SELECT count(*) FROM idem_outbox_claim('r', 10);
+\if :sql_edition
+SELECT skip('idem_stats raises 55000 in the SQL edition: no counters without the C library (README, "What needs the C library")', 1);
+\else
 SELECT is(pg_temp.delta('outbox_taken_over'), (SELECT count(*) FROM c2), 'outbox_taken_over counts messages whose lease ran out and were handed out again');
+\endif
 
 -- idem_stuck --------------------------------------------------------------------------------------
 DELETE FROM idem_outbox;

@@ -65,18 +65,58 @@ JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.d
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency';
 GRANT SELECT ON ext_functions, ext_relations TO PUBLIC;
 
+-- The SQL edition (sql/edition: no C library) has the same 70 functions, in
+-- PL/pgSQL and SQL, and internal helpers beside them, all named idem_sql_*
+-- (sql/edition/bodies, "--@ internal"); a few of those are SECURITY DEFINER
+-- (each named below, with search_path pinned), and the helpers that are not
+-- qualify every name instead of pinning search_path (section 4 plants
+-- look-alikes ahead of pg_catalog and runs the whole lifecycle).
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+SELECT is((SELECT count(*) FROM ext_functions WHERE signature NOT LIKE 'idem\_sql\_%'), 70::bigint,
+          'the extension has 70 functions, besides the SQL edition''s internal idem_sql_* helpers');
+SELECT results_eq($$SELECT signature, proconfig::text COLLATE "default" FROM ext_functions WHERE prosecdef ORDER BY 1$$,
+                  $$VALUES ('idem_sql_machine_check(text,"char",text,text,text,text,text)', '{"search_path=pg_catalog, pg_temp"}'),
+                           ('idem_sql_machine_sources(text,text)', '{"search_path=pg_catalog, pg_temp"}'),
+                           ('idem_sql_maint_role_tenants(name)', '{"search_path=pg_catalog, pg_temp"}'),
+                           ('idem_sql_token_epoch_advance()', '{"search_path=pg_catalog, pg_temp"}'),
+                           ('idem_sql_token_epoch_now()', '{"search_path=pg_catalog, pg_temp"}'),
+                           ('idem_sql_token_move_timeline()', '{"search_path=pg_catalog, pg_temp"}')$$,
+                  'the SQL edition: the only SECURITY DEFINER functions are its internal helpers that read the machine '
+                  'definitions, a role''s own tenants and the token epoch, and advance or move the epoch, '
+                  'each with search_path = pg_catalog, pg_temp');
+\else
 SELECT is((SELECT count(*) FROM ext_functions), 70::bigint, 'the extension has 70 functions');
 SELECT is_empty($$SELECT signature FROM ext_functions WHERE prosecdef$$,
                 'no function is SECURITY DEFINER');
+\endif
 SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE proconfig IS NOT NULL AND proconfig <> '{"search_path=pg_catalog, pg_temp"}'$$,
                 'every function that sets a configuration sets exactly search_path = pg_catalog, pg_temp');
+\if :sql_edition
+SELECT is_empty($$SELECT signature FROM ext_functions
+                  WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body
+                    AND (signature NOT LIKE 'idem\_sql\_%' OR prosecdef)$$,
+                'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard) '
+                'or it is an internal idem_sql_* helper of the SQL edition that is not SECURITY DEFINER');
+SELECT results_eq($$SELECT signature, sql_standard_body FROM ext_functions
+                    WHERE proconfig IS NULL AND lanname <> 'c' AND signature NOT LIKE 'idem\_sql\_%' ORDER BY 1$$,
+                  $$VALUES ('idem_consumer_in_scope(text)', true), ('idem_outbox_next_seq()', true),
+                           ('idem_scope_in_tenant(text)', true)$$,
+                  'the only ones without SET search_path, besides the SQL edition''s internal helpers, are '
+                  'idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, and '
+                  'idem_outbox_next_seq, inlined as idem_outbox.seq''s default: SQL-standard bodies, bound at creation');
+\else
 SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
                 'every PL/pgSQL and SQL function pins search_path, unless its body is bound at creation (SQL-standard)');
 SELECT results_eq($$SELECT signature FROM ext_functions WHERE proconfig IS NULL AND lanname <> 'c' ORDER BY 1$$,
                   $$VALUES ('idem_consumer_in_scope(text)'), ('idem_scope_in_tenant(text)')$$,
                   'the only ones without SET search_path are idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them');
+\endif
 
 SELECT is_empty($$SELECT r.name, a.privilege_type FROM ext_relations r, aclexplode(r.relacl) a
                   WHERE a.grantee = 0 AND a.privilege_type <> 'SELECT'$$,
@@ -89,6 +129,57 @@ SELECT results_eq($$SELECT r.name FROM ext_relations r, aclexplode(r.relacl) a W
 SELECT is_empty($$SELECT name FROM ext_relations
                   WHERE relkind = 'v' AND relacl IS NULL AND name NOT IN ('idem_stuck', 'idem_summary')$$,
                 'the views without privileges (owner only) are idem_stuck and idem_summary');
+\if :sql_edition
+-- The SQL edition: the same, and its internal helpers, which are called as
+-- the caller (the functions above run them so) but for the SECURITY DEFINER
+-- ones, which only read what PUBLIC may read (the machine definitions, the
+-- token epoch), answer a role only its own tenants, advance the token epoch
+-- by one, as any deletion of a record does, or move it once for a new
+-- timeline of the server, which the helper reads itself (one that took the
+-- timeline from its caller would let PUBLIC exhaust the epochs, 2^24 a call).
+SELECT set_eq(
+    $$SELECT signature FROM ext_functions f
+      WHERE (SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
+         OR EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
+                    WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')$$,
+    $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_initial_state()'), ('idem_enforce_transition()'),
+             ('idem_fingerprint(bytea)'), ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'),
+             ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
+             ('idem_log_transition()'), ('idem_machine_dot(text)'), ('idem_machine_moves(text)'),
+             ('idem_machine_states(text)'), ('idem_object_name(text,text,text)'), ('idem_outbox_next_seq()'), ('idem_outbox_stuck()'),
+             ('idem_request_fingerprint(text,text,jsonb,text[])'), ('idem_role_tenants()'), ('idem_route_hash(text)'),
+             ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
+             ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
+             ('idem_version()'),
+             ('idem_sql_add_interval(timestamp with time zone,interval,text)'), ('idem_sql_arg_fingerprint(bytea)'),
+             ('idem_sql_arg_headers(jsonb)'), ('idem_sql_arg_key(text,text)'), ('idem_sql_arg_not_null(anyelement,text)'),
+             ('idem_sql_arg_scope(text)'), ('idem_sql_arg_token(bigint)'), ('idem_sql_check_length(text,text)'),
+             ('idem_sql_check_record_shape()'), ('idem_sql_in_tenant(text)'),
+             ('idem_sql_machine_check(text,"char",text,text,text,text,text)'),
+             ('idem_sql_machine_column(oid,text,text,text)'), ('idem_sql_machine_how(oid)'),
+             ('idem_sql_machine_note(text,jsonb)'), ('idem_sql_machine_row(jsonb,text[],text)'),
+             ('idem_sql_machine_sources(text,text)'), ('idem_sql_machine_state(anyelement,text,"char")'),
+             ('idem_sql_maint_no_column(text,text)'), ('idem_sql_maint_role_tenants(name)'),
+             ('idem_sql_maint_rows_changed(regclass)'), ('idem_sql_max_key_length()'),
+             ('idem_sql_outbox_available(timestamp with time zone,interval)'),
+             ('idem_sql_outbox_check_element(text,text,jsonb,text,jsonb,text)'),
+             ('idem_sql_outbox_check_emit(text,text,jsonb,text,jsonb,text,interval,timestamp with time zone)'),
+             ('idem_sql_outbox_check_key_bytes(integer)'), ('idem_sql_outbox_check_name(text,text)'),
+             ('idem_sql_outbox_lock_scope(bigint,integer)'), ('idem_sql_outbox_notify_on(text)'),
+             ('idem_sql_outbox_uuid(bigint)'), ('idem_sql_outbox_uuid_first(timestamp with time zone,integer)'),
+             ('idem_sql_owner_miss(text,text,bigint,text,text,jsonb,jsonb,jsonb,boolean,integer,boolean)'),
+             ('idem_sql_removal_reuse_begin(text,text,bigint)'), ('idem_sql_removal_reuse_end(text)'),
+             ('idem_sql_removal_reuse_take(text,text,bigint)'), ('idem_sql_require_tenant(regclass,text,text)'),
+             ('idem_sql_retention_expiry(interval,timestamp with time zone)'),
+             ('idem_sql_setting_int(text,integer,integer,integer,text)'), ('idem_sql_tenant_check(regclass,text)'),
+             ('idem_sql_token_check_timeline()'), ('idem_sql_token_epoch_advance()'), ('idem_sql_token_epoch_now()'),
+             ('idem_sql_token_epoch_of(bigint)'), ('idem_sql_token_epoch_read(integer)'),
+             ('idem_sql_token_epoch_require_room(bigint,bigint)'), ('idem_sql_token_first()'),
+             ('idem_sql_token_move_timeline()'), ('idem_sql_token_next(bigint)'), ('idem_sql_token_shift()')$$,
+    'PUBLIC may execute only what it may in the C edition (pure functions, readers of definitions and counters, the build''s '
+    'identity, trigger functions, idem_transition, idem_outbox_stuck, idem_outbox_next_seq) and the SQL edition''s internal '
+    'helpers named here, none of which writes beyond the caller''s rights but for the token epoch''s steps');
+\else
 SELECT results_eq(
     $$SELECT signature FROM ext_functions f
       WHERE (SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
@@ -107,6 +198,7 @@ SELECT results_eq(
     'PUBLIC may execute only pure functions, readers of definitions and counters, the build''s identity, trigger functions, '
     'idem_transition (which acts with the caller''s table privileges), idem_outbox_stuck (idem_stuck''s reader of the outbox) '
     'and idem_outbox_next_seq (the default of idem_outbox.seq: nextval under the caller''s privileges)');
+\endif
 
 -- the script itself
 CREATE TEMP TABLE install_script AS
@@ -115,7 +207,19 @@ SELECT pg_read_file((SELECT setting FROM pg_config WHERE name = 'SHAREDIR')
 SELECT ok((SELECT body !~* '\mCREATE\s+(ROLE|USER|GROUP)\M' AND body !~* '\mALTER\s+(ROLE|USER)\M'
            FROM install_script),
           'the install script creates and alters no role');
+\if :sql_edition
+-- the functions whose declaration (up to its body) says SECURITY DEFINER;
+-- a statement with a semicolon before the body (SQL-standard) is not one
+SELECT results_eq(
+    $$SELECT m[1] FROM install_script,
+             regexp_matches(body, 'CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+@extschema@\.(\w+)\s*\(([^$;]*?)\mAS\s+\$', 'gi') m
+      WHERE m[2] ~* '\mSECURITY\s+DEFINER\M' ORDER BY 1$$,
+    $$VALUES ('idem_sql_machine_check'), ('idem_sql_machine_sources'), ('idem_sql_maint_role_tenants'),
+             ('idem_sql_token_epoch_advance'), ('idem_sql_token_epoch_now'), ('idem_sql_token_move_timeline')$$,
+    'and declares SECURITY DEFINER only the SQL edition''s helpers above');
+\else
 SELECT ok((SELECT body !~* 'SECURITY\s+DEFINER' FROM install_script), 'and declares nothing SECURITY DEFINER');
+\endif
 SELECT is_empty(
     $$SELECT m[1] FROM install_script,
              regexp_matches(body, '^(CREATE\s+(?:TYPE|TABLE|SEQUENCE|FUNCTION|VIEW|(?:UNIQUE\s+)?INDEX\s+\S+\s+ON|TRIGGER\s+\S+\s+(?:[^;\s]+\s+)*?ON|POLICY\s+\S+\s+ON)\s+(?!@extschema@\.)\S+)', 'gin') m$$,

@@ -345,6 +345,19 @@ SELECT is(pg_temp.remote('ss_db', $$SELECT setval('idem.idem_token_epoch', 1, fa
           'the epoch starts over');
 SELECT is(dblink_exec('ss_db', $$ALTER SCHEMA idem RENAME TO "idem'); DROP TABLE sec_canary.log; --"$$),
           'ALTER SCHEMA', 'the extension''s schema renamed to a name with a quote and SQL in it');
+-- The SQL edition's bodies name the schema they were created in (@extschema@,
+-- substituted by CREATE EXTENSION): after a rename they fail (42P01), and no
+-- name is pasted into a string there either (PostgreSQL refuses to
+-- substitute a schema name with a quote).  So it cannot work on after the
+-- rename; the canary below still must live.
+SELECT NOT EXISTS (SELECT FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                   WHERE p.proname = 'idem_claim' AND l.lanname = 'c'
+                     AND p.pronamespace = (SELECT extnamespace FROM pg_extension WHERE extname = 'idempotency'))
+       AS sql_edition \gset
+\if :sql_edition
+SELECT skip('the SQL edition''s bodies hold the schema''s name (@extschema@): renaming the schema breaks them, '
+            'where the C edition looks its objects up by OID', 4);
+\else
 SELECT is(pg_temp.remote('ss_db', $$SELECT count(*)::text FROM "idem'); DROP TABLE sec_canary.log; --".idem_claim('sec.q', '\x01', retention => '1 ms')$$),
           '1', 'a claim under the new schema name');
 SELECT is(pg_temp.remote('ss_db', $$SELECT "idem'); DROP TABLE sec_canary.log; --".idem_complete('sec.q', 1)::text$$),
@@ -353,6 +366,7 @@ SELECT is(pg_temp.remote('ss_db', $$SELECT (pg_sleep(0.01) IS NOT NULL AND "idem
           'true', 'purge deletes the expired record and advances the epoch');
 SELECT is(pg_temp.remote('ss_db', $$SELECT is_called::text FROM "idem'); DROP TABLE sec_canary.log; --".idem_token_epoch$$),
           'true', 'the epoch moved');
+\endif
 SELECT is(pg_temp.remote('ss_db', $$SELECT to_regclass('sec_canary.log') IS NOT NULL$$), 'true',
           'and nothing of the schema name was executed');
 

@@ -396,16 +396,17 @@ BEGIN
     ELSE
         RETURN 'unknown';
     END IF;
-    IF pg_catalog.to_regprocedure(pg_catalog.format('%I.%I(text)', schema_name, fn_name)) IS NULL
+    -- schema_name is @extschema@ as the script has it: quoted where needed
+    IF pg_catalog.to_regprocedure(pg_catalog.format('%s.%I(text)', schema_name, fn_name)) IS NULL
        OR NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a
                        WHERE a.attrelid OPERATOR(pg_catalog.=) heap
                          AND a.attname OPERATOR(pg_catalog.=) column_name
                          AND NOT a.attisdropped) THEN
         RETURN 'unknown';
     END IF;
-    call_text := pg_catalog.format('%I.%I(%I)', schema_name, fn_name, column_name);
+    call_text := pg_catalog.format('%s.%I(%I)', schema_name, fn_name, column_name);
     members_text := pg_catalog.format(
-        '(split_part(%I, ''/''::text, 1) = ANY (( SELECT %I.idem_role_tenants() AS idem_role_tenants)::text[]))',
+        '(split_part(%I, ''/''::text, 1) = ANY (( SELECT %s.idem_role_tenants() AS idem_role_tenants)::text[]))',
         column_name, schema_name);
     FOR pol IN SELECT p.polcmd, p.polpermissive, p.polroles,
                       pg_catalog.pg_get_expr(p.polqual, p.polrelid) AS qual,
@@ -563,13 +564,18 @@ $fn$;
 -- mirrors check_timeline's move (src/tokens.c): as the sequences' owner,
 -- under a session lock held only for the move (an advisory lock (7459, 1):
 -- SQL has no session lock on a relation), the epoch jumps by 2^24 unless
--- another backend moved it for this timeline meanwhile
-CREATE FUNCTION @extschema@.idem_sql_token_move_timeline(timeline bigint)
-RETURNS void
+-- the timeline's sequence already names the server's timeline (another
+-- backend moved it meanwhile).  It reads the timeline itself, so that a
+-- caller can make it move only when the server's timeline changed.
+-- Returns the timeline, as the WAL file names write it (8 hex digits).
+CREATE FUNCTION @extschema@.idem_sql_token_move_timeline()
+RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+    timeline_hex text := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+    timeline bigint := ('x' OPERATOR(pg_catalog.||) timeline_hex)::pg_catalog.bit(32)::pg_catalog.int8;
     epoch bigint;
 BEGIN
     PERFORM pg_catalog.pg_advisory_lock(7459, 1);
@@ -590,6 +596,7 @@ BEGIN
         RAISE;
     END;
     PERFORM pg_catalog.pg_advisory_unlock(7459, 1);
+    RETURN timeline_hex;
 END
 $fn$;
 
@@ -597,7 +604,11 @@ $fn$;
 -- timeline, move the epoch on; outside recovery only.  The timeline this
 -- backend has seen moved is kept in the session setting
 -- idempotency.sql_edition_timeline (C: a static variable), so that a token
--- costs no owner switch once the timeline is checked.
+-- costs no owner switch once the timeline is checked.  A session that set
+-- it did so outside recovery, and a server out of recovery keeps its
+-- timeline until it stops: idem_claim takes a set value to mean "checked"
+-- without reading the WAL position again (a session that began on a
+-- standby has not set it, and checks at its first token after promotion).
 CREATE FUNCTION @extschema@.idem_sql_token_check_timeline()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -615,8 +626,8 @@ BEGIN
     IF pg_catalog.to_regclass('@extschema@.idem_token_timeline') IS NULL THEN
         RETURN;
     END IF;
-    PERFORM @extschema@.idem_sql_token_move_timeline(('x' OPERATOR(pg_catalog.||) timeline)::bit(32)::bigint);
-    PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline', timeline, false);
+    PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline',
+                                  @extschema@.idem_sql_token_move_timeline(), false);
 END
 $fn$;
 

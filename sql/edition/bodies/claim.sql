@@ -7,161 +7,241 @@
 -- writes nothing); writes only when the key must change hands: no row, an
 -- INSERT ... ON CONFLICT DO NOTHING; a row to take over or reuse, locked with
 -- SELECT ... FOR NO KEY UPDATE (SKIP LOCKED with wait => false) and decided
--- again on its newest version.  With wait => false a new key's INSERT runs in
--- a subtransaction with lock_timeout = 1ms after the table's lock is taken:
--- a wait for another transaction's uncommitted row of the key (C: the dirty
--- probe of the primary key) fails at once with 55P03, which is in_progress.
--- The tokens are tokens.c's (00_internal.sql), computed inline on the hot
--- path once the session has checked its timeline.
+-- again on its newest version.
+--
+-- Speed: PL/pgSQL sets up each expression it evaluates once per
+-- transaction, and the executor each expression of a statement at each
+-- run, and each function or operator in them costs a look-up and a
+-- privilege check: the hot paths (a replay, a new key) evaluate few
+-- expressions with few calls in them, and PERFORM (a query) is kept for
+-- the rare paths.
+--
+-- wait => false and a new key (C: a dirty probe of the primary key): a
+-- claim that inserts a key holds a shared advisory lock on the key's hash
+-- to the end of its transaction (at most 16 keys a transaction, so that a
+-- bulk claim does not fill the lock table); a claim with wait => false
+-- tries the lock exclusively and answers in_progress when it is held.  A
+-- key inserted otherwise (beyond the 16, a plain INSERT) is found by the
+-- INSERT itself, run in a subtransaction with lock_timeout = 1ms once the
+-- table's lock is taken: 55P03 is in_progress.
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    res @extschema@.idem_claim_result;
     t_now timestamptz := pg_catalog.clock_timestamp();
+    quick boolean;
+    fast_found boolean;
     lease_at timestamptz;
     expires timestamptz;
-    setting text;
     rec record;
     found_row boolean;
     outcome text;
     tok bigint;
+    inline_token boolean;
     later bigint;
     inserted integer;
-    timeline text;
-    epoch bigint;
-    shift integer;
     busy boolean;
+    probe boolean;
+    dummy text;
     saved_timeout text;
     saved_reuse text;
     retention_us numeric;
     locked boolean;
 BEGIN
-    -- the arguments, in validation.c's order: key, fingerprint, scope, lease,
-    -- retention, wait (the full checks only where the quick ones fail)
-    IF key IS NULL OR key OPERATOR(pg_catalog.=) '' OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 255
-       OR fingerprint IS NULL OR pg_catalog.length(fingerprint) OPERATOR(pg_catalog.=) 0
-       OR pg_catalog.length(fingerprint) OPERATOR(pg_catalog.>) 64
-       OR scope IS NULL OR pg_catalog.octet_length(scope) OPERATOR(pg_catalog.>) 255
-       OR pg_catalog.current_setting('idempotency.max_key_length', true) OPERATOR(pg_catalog.<>) '' THEN
+    -- Every argument valid at a glance, no setting to read, no row-level
+    -- security, the table's own columns (attribute 19 does not exist)?
+    -- Then the common answers (replay, in_progress, unknown) come from one
+    -- statement, and a new key needs no more checks.  Anything else takes
+    -- the long way, which checks each argument as validation.c does.
+    quick := COALESCE(CASE WHEN pg_catalog.octet_length(key) OPERATOR(pg_catalog.<@) '[1,255]'::pg_catalog.int4range
+                      AND pg_catalog.length(fingerprint) OPERATOR(pg_catalog.<@) '[1,64]'::pg_catalog.int4range
+                      AND pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 255
+                      AND wait IS NOT NULL
+                      AND pg_catalog.concat(pg_catalog.current_setting('idempotency.max_key_length', true),
+                              CASE WHEN lease IS NULL THEN pg_catalog.current_setting('idempotency.default_lease', true) END,
+                              CASE WHEN retention IS NULL THEN pg_catalog.current_setting('idempotency.retention', true) END)
+                          OPERATOR(pg_catalog.=) ''
+                      AND NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
+                      AND pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                          19::pg_catalog.int2, 'SELECT') IS NULL
+                 -- positive intervals (once the others are valid: an overflow
+                 -- is then the error validation.c raises first)
+                 THEN (lease IS NULL OR (t_now OPERATOR(pg_catalog.+) lease) OPERATOR(pg_catalog.>) t_now)
+                      AND (retention IS NULL OR (t_now OPERATOR(pg_catalog.+) retention) OPERATOR(pg_catalog.>) t_now) END,
+                      false);
+    SELECT CASE WHEN NOT quick OR r.fingerprint OPERATOR(pg_catalog.<>) idem_claim.fingerprint THEN NULL
+                ELSE CASE r.status
+                     WHEN 'succeeded' THEN CASE WHEN r.expires_at OPERATOR(pg_catalog.>) t_now THEN 'replay' END
+                     WHEN 'failed' THEN CASE WHEN r.expires_at OPERATOR(pg_catalog.>) t_now AND NOT r.retryable
+                                             THEN 'replay' END
+                     WHEN 'processing' THEN CASE WHEN r.lease_expires_at OPERATOR(pg_catalog.>) t_now
+                                                 THEN 'in_progress' END
+                     ELSE 'unknown' END END,
+           NULL, r.status, r.response_code, r.result, r.error, r.recovery_point, r.lease_expires_at,
+           r.attempts, r.expires_at, r.response_headers
+      INTO res
+      FROM @extschema@.idempotency_records r
+     WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+       AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
+    IF res.outcome IS NOT NULL THEN
+        RETURN res;
+    END IF;
+    fast_found := FOUND;
+
+    IF quick THEN
+        lease_at := t_now OPERATOR(pg_catalog.+) COALESCE(lease, '30 s'::interval);
+        expires := t_now OPERATOR(pg_catalog.+) COALESCE(retention, '86400 s'::interval);
+    ELSE
+        -- the arguments, in validation.c's order: key, fingerprint, scope,
+        -- lease, retention, wait
         PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
         PERFORM @extschema@.idem_sql_arg_fingerprint(fingerprint);
         PERFORM @extschema@.idem_sql_arg_scope(scope);
-    END IF;
-    IF lease IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.default_lease', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            lease_at := t_now OPERATOR(pg_catalog.+) '30 s'::interval;
+        -- lease: given, or idempotency.default_lease (ms, default 30 s)
+        IF lease IS NULL THEN
+            lease_at := t_now OPERATOR(pg_catalog.+) ('1 ms'::interval OPERATOR(pg_catalog.*)
+                @extschema@.idem_sql_setting_int('idempotency.default_lease', 30000, 1, 2147483647, 'ms'));
         ELSE
-            lease_at := t_now OPERATOR(pg_catalog.+)
-                ('1 ms'::interval OPERATOR(pg_catalog.*)
-                 @extschema@.idem_sql_setting_int('idempotency.default_lease', 30000, 1, 2147483647, 'ms'));
-        END IF;
-    ELSE
-        lease_at := t_now OPERATOR(pg_catalog.+) lease;
-        IF lease_at OPERATOR(pg_catalog.<=) t_now OR NOT pg_catalog.isfinite(lease_at) THEN
             lease_at := @extschema@.idem_sql_add_interval(t_now, lease, 'lease');
         END IF;
-    END IF;
-    IF retention IS NULL THEN
-        setting := pg_catalog.current_setting('idempotency.retention', true);
-        IF setting IS NULL OR setting OPERATOR(pg_catalog.=) '' THEN
-            expires := t_now OPERATOR(pg_catalog.+) '86400 s'::interval;
-        ELSE
-            expires := @extschema@.idem_sql_retention_expiry(NULL, t_now);
+        -- retention: given, or idempotency.retention (s, default 1 day)
+        expires := @extschema@.idem_sql_retention_expiry(retention, t_now);
+        IF wait IS NULL THEN
+            RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
         END IF;
-    ELSE
-        expires := t_now OPERATOR(pg_catalog.+) retention;
-        IF expires OPERATOR(pg_catalog.<=) t_now OR NOT pg_catalog.isfinite(expires) THEN
-            expires := @extschema@.idem_sql_add_interval(t_now, retention, 'retention');
+        -- under tenant isolation, a scope outside the session's tenant could
+        -- only fail the INSERT's policy check, after a read that finds nothing
+        IF pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass) THEN
+            PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                        scope, 'claim');
+        -- the direct read of record_store.c (table-level SELECT, no row-level
+        -- security) refuses a table with added columns; has_column_privilege
+        -- is NULL for an attribute that does not exist (18: the install's)
+        ELSIF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL
+              AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT') THEN
+            PERFORM @extschema@.idem_sql_check_record_shape();
         END IF;
-    END IF;
-    IF wait IS NULL THEN
-        RAISE EXCEPTION 'wait must not be null' USING ERRCODE = '22004';
-    END IF;
-
-    -- under tenant isolation, a scope outside the session's tenant could only
-    -- fail the INSERT's policy check, after a read that finds nothing
-    IF pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass) THEN
-        PERFORM @extschema@.idem_sql_require_tenant('@extschema@.idempotency_records'::pg_catalog.regclass,
-                                                    scope, 'claim');
+        fast_found := true;  -- the read above is not the one to decide on
     END IF;
 
     FOR round IN 1 .. 8 LOOP
         outcome := NULL;
-        SELECT r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
-               r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
-               r.retryable, r.recovery_point, r.result, r.error, r.response_headers
-          INTO rec
-          FROM @extschema@.idempotency_records r
-         WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
-           AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
-        found_row := FOUND;
+        IF fast_found OR round OPERATOR(pg_catalog.>) 1 THEN
+            SELECT r.scope, r.key, r.fingerprint, r.token, r.lease_expires_at, r.created_at, r.updated_at,
+                   r.completed_at, r.expires_at, r.purge_after, r.status, r.attempts, r.response_code,
+                   r.retryable, r.recovery_point, r.result, r.error, r.response_headers
+              INTO rec
+              FROM @extschema@.idempotency_records r
+             WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+               AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
+            found_row := FOUND;
+        ELSE
+            found_row := false;  -- the first read found no row
+        END IF;
 
         IF NOT found_row THEN
-            -- tokens.c's idem_token_first, inline once the timeline is checked
-            timeline := CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL
-                             ELSE pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8) END;
-            IF timeline OPERATOR(pg_catalog.=) pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
-                tok := (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
-                        OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1;
-            ELSE
+            -- tokens.c's idem_token_first, inline once this session has
+            -- checked its timeline (00_internal.sql: a session that has,
+            -- on a primary, stays on that timeline)
+            tok := CASE WHEN pg_catalog.current_setting('idempotency.sql_edition_timeline', true) OPERATOR(pg_catalog.<>) ''
+                        THEN (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
+                              OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1 END;
+            inline_token := tok IS NOT NULL;
+            IF NOT inline_token THEN
                 tok := @extschema@.idem_sql_token_first();
             END IF;
 
             busy := false;
             IF wait THEN
-                INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+                -- say that this transaction inserts the key (see above); the
+                -- setting counts the keys in x's
+                dummy := CASE WHEN pg_catalog.octet_length(COALESCE(
+                                       pg_catalog.current_setting('idempotency.sql_edition_claims', true), ''))
+                                   OPERATOR(pg_catalog.<) 16
+                              THEN pg_catalog.concat(
+                                  pg_catalog.pg_advisory_xact_lock_shared(
+                                      pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459))),
+                                  pg_catalog.set_config('idempotency.sql_edition_claims',
+                                      COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), '')
+                                      OPERATOR(pg_catalog.||) 'x', true)) END;
+                INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                     lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                 VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
                         lease_at, t_now, t_now, expires, expires, 'processing', 1)
                 ON CONFLICT (scope, key) DO NOTHING;
                 GET DIAGNOSTICS inserted = ROW_COUNT;
-            ELSIF pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT')
-                  AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
-                  AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
-                       OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
-                                                            scope) OPERATOR(pg_catalog.=) 'inside') THEN
-                -- the table's lock first, so that only a wait for a row of
-                -- the key can run into the lock timeout
-                LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
-                saved_timeout := pg_catalog.current_setting('lock_timeout');
-                BEGIN
-                    PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
-                    INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
+            ELSE
+                -- may this role learn of another transaction's uncommitted
+                -- row of the key?  Only where its INSERT would wait for that
+                -- row (record_store.c, idem_store_insert_in_progress)
+                probe := pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT')
+                    AND pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'SELECT')
+                    AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
+                         OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
+                                                              scope) OPERATOR(pg_catalog.=) 'inside');
+                IF pg_catalog.octet_length(COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), ''))
+                   OPERATOR(pg_catalog.<) 16 THEN
+                    IF probe THEN
+                        busy := NOT pg_catalog.pg_try_advisory_xact_lock(
+                            pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
+                    ELSE
+                        PERFORM pg_catalog.pg_advisory_xact_lock_shared(
+                            pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
+                    END IF;
+                    PERFORM pg_catalog.set_config('idempotency.sql_edition_claims',
+                        COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), '')
+                        OPERATOR(pg_catalog.||) 'x', true);
+                END IF;
+                IF busy THEN
+                    NULL;
+                ELSIF probe THEN
+                    -- the table's lock first, so that only a wait for a row
+                    -- of the key can run into the lock timeout
+                    LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+                    saved_timeout := pg_catalog.current_setting('lock_timeout');
+                    BEGIN
+                        PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                        INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
+                            lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
+                        VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
+                                lease_at, t_now, t_now, expires, expires, 'processing', 1)
+                        ON CONFLICT (scope, key) DO NOTHING;
+                        GET DIAGNOSTICS inserted = ROW_COUNT;
+                        PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+                    EXCEPTION WHEN lock_not_available THEN
+                        busy := true;
+                    END;
+                ELSE
+                    -- a role the probe would tell more than its INSERT: the
+                    -- INSERT waits for another transaction's row
+                    INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                         lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                     VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
                             lease_at, t_now, t_now, expires, expires, 'processing', 1)
                     ON CONFLICT (scope, key) DO NOTHING;
                     GET DIAGNOSTICS inserted = ROW_COUNT;
-                    PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
-                EXCEPTION WHEN lock_not_available THEN
-                    busy := true;
-                END;
-            ELSE
-                -- the probe would tell more than the INSERT: it waits as with wait => true
-                INSERT INTO @extschema@.idempotency_records AS r (scope, key, fingerprint, token,
-                    lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
-                VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
-                        lease_at, t_now, t_now, expires, expires, 'processing', 1)
-                ON CONFLICT (scope, key) DO NOTHING;
-                GET DIAGNOSTICS inserted = ROW_COUNT;
-            END IF;
-            IF busy THEN
-                outcome := 'in_progress';
-                EXIT;
+                END IF;
+                IF busy THEN
+                    outcome := 'in_progress';
+                    EXIT;
+                END IF;
             END IF;
             IF inserted OPERATOR(pg_catalog.=) 1 THEN
                 -- a removal advanced the epoch while we inserted: move up
-                later := (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
-                          OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1;
-                IF timeline IS DISTINCT FROM pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
-                    later := @extschema@.idem_sql_token_first();
-                END IF;
-                IF later OPERATOR(pg_catalog.<>) tok THEN
-                    UPDATE @extschema@.idempotency_records r SET token = later
-                     WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
-                       AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
-                    tok := later;
+                later := CASE WHEN inline_token
+                              THEN (COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_token_epoch'::pg_catalog.regclass), 0)
+                                    OPERATOR(pg_catalog.<<) 16) OPERATOR(pg_catalog.+) 1 END;
+                IF later IS NULL OR later OPERATOR(pg_catalog.<>) tok THEN
+                    IF later IS NULL THEN
+                        later := @extschema@.idem_sql_token_first();
+                    END IF;
+                    IF later OPERATOR(pg_catalog.<>) tok THEN
+                        UPDATE @extschema@.idempotency_records r SET token = later
+                         WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                           AND r.key OPERATOR(pg_catalog.=) idem_claim.key;
+                        tok := later;
+                    END IF;
                 END IF;
                 RETURN ROW('new', tok, 'processing'::@extschema@.idem_status, NULL, NULL, NULL, NULL,
                            lease_at, 1, expires, NULL)::@extschema@.idem_claim_result;
@@ -221,16 +301,18 @@ BEGIN
             EXIT WHEN NOT FOUND;
             locked := true;
         END LOOP;
-        CONTINUE WHEN outcome OPERATOR(pg_catalog.=) ANY ('{needs_reuse,needs_takeover}') AND NOT locked
-                      AND (wait OR NOT EXISTS (SELECT FROM @extschema@.idempotency_records r
-                                                WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
-                                                  AND r.key OPERATOR(pg_catalog.=) idem_claim.key));
-        IF outcome OPERATOR(pg_catalog.=) ANY ('{needs_reuse,needs_takeover}') AND NOT locked THEN
-            -- locked by another writer: the committed version is about to be
-            -- replaced, so none of it is reported
-            found_row := false;
-            outcome := 'in_progress';
-            EXIT;
+        EXIT WHEN outcome OPERATOR(pg_catalog.<>) ALL ('{needs_reuse,needs_takeover}');
+        IF NOT locked THEN
+            -- locked by another writer, or deleted meanwhile.  The committed
+            -- version is about to be replaced, so none of it is reported
+            IF NOT wait AND EXISTS (SELECT FROM @extschema@.idempotency_records r
+                                     WHERE r.scope OPERATOR(pg_catalog.=) idem_claim.scope
+                                       AND r.key OPERATOR(pg_catalog.=) idem_claim.key) THEN
+                found_row := false;
+                outcome := 'in_progress';
+                EXIT;
+            END IF;
+            CONTINUE;
         END IF;
         IF outcome OPERATOR(pg_catalog.=) 'needs_reuse' THEN
             -- the key is never absent, so no epoch is spent: the removal
@@ -261,11 +343,11 @@ BEGIN
             -- created_at + retention: the claim's own, else the record's
             -- (expires_at - completed_at after a failure, - created_at before)
             IF retention IS NOT NULL THEN
-                retention_us := (pg_catalog.extract(epoch FROM expires) OPERATOR(pg_catalog.-)
-                                 pg_catalog.extract(epoch FROM t_now)) OPERATOR(pg_catalog.*) 1000000;
+                retention_us := (pg_catalog.extract('epoch', expires) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', t_now)) OPERATOR(pg_catalog.*) 1000000;
             ELSE
-                retention_us := (pg_catalog.extract(epoch FROM rec.expires_at) OPERATOR(pg_catalog.-)
-                                 pg_catalog.extract(epoch FROM COALESCE(rec.completed_at, rec.created_at)))
+                retention_us := (pg_catalog.extract('epoch', rec.expires_at) OPERATOR(pg_catalog.-)
+                                 pg_catalog.extract('epoch', COALESCE(rec.completed_at, rec.created_at)))
                                 OPERATOR(pg_catalog.*) 1000000;
             END IF;
             expires := rec.created_at OPERATOR(pg_catalog.+)
@@ -329,7 +411,9 @@ BEGIN
         PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
         PERFORM @extschema@.idem_sql_arg_scope(scope);
     END IF;
-    PERFORM @extschema@.idem_sql_check_record_shape();
+    IF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_check_record_shape();
+    END IF;
     RETURN QUERY
     SELECT r.* FROM @extschema@.idempotency_records r
      WHERE r.scope OPERATOR(pg_catalog.=) idem_lookup.scope
@@ -370,7 +454,9 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('The interval given was "%s".', timeout);
     END IF;
-    PERFORM @extschema@.idem_sql_check_record_shape();
+    IF pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 19::int2, 'SELECT') IS NOT NULL THEN
+        PERFORM @extschema@.idem_sql_check_record_shape();
+    END IF;
 
     SELECT r.* INTO rec FROM @extschema@.idempotency_records r
      WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
@@ -382,7 +468,7 @@ BEGIN
        AND deadline OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
        AND @extschema@.idem_sql_setting_int('idempotency.max_waiters', 4, 0, 2147483647, '') OPERATOR(pg_catalog.<>) 0 THEN
         LOOP
-            remaining_ms := pg_catalog.extract(epoch FROM deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+            remaining_ms := pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
                             OPERATOR(pg_catalog.*) 1000;
             EXIT WHEN remaining_ms OPERATOR(pg_catalog.<=) 0;
             PERFORM pg_catalog.pg_sleep(LEAST(sleep_ms::float8, remaining_ms) OPERATOR(pg_catalog./) 1000);
@@ -391,8 +477,9 @@ BEGIN
              WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
                AND r.key OPERATOR(pg_catalog.=) idem_await.key;
             found_row := FOUND;
-            EXIT WHEN NOT (found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
-                           AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp());
+            -- an owner still at work? (a released record has no lease)
+            EXIT WHEN NOT COALESCE(found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
+                                   AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false);
         END LOOP;
     END IF;
     IF found_row THEN
