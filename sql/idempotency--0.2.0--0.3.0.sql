@@ -556,7 +556,7 @@ $$;
  * Where the library cannot be loaded (the SQL edition on a managed service)
  * there is no purge worker; every such service offers pg_cron.  These two
  * schedule and unschedule idem_purge as a pg_cron job of this database,
- * named 'idempotency purge: <database>', as the calling role (pg_cron runs
+ * named 'idem_purge in <database>', as the calling role (pg_cron runs
  * a job as the role that scheduled it).  Calling idem_schedule_purge again
  * changes the job's schedule.  pg_cron lives in one database of the cluster
  * (cron.database_name); from any other one these fail with the statement to
@@ -571,7 +571,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job_name constant text := 'idempotency purge: ' || current_database();
+    job_name constant text := 'idem_purge in ' || current_database();
     command constant text := format('SELECT %I.idem_purge(%s, %s)', '@extschema@',
                                     batch_size, coalesce(max_batches::text, 'NULL'));
 BEGIN
@@ -601,7 +601,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    job_name constant text := 'idempotency purge: ' || current_database();
+    job_name constant text := 'idem_purge in ' || current_database();
 BEGIN
     IF to_regclass('cron.job') IS NULL THEN
         RAISE EXCEPTION 'pg_cron is not installed in database "%"', current_database()

@@ -104,11 +104,12 @@ SELECT is_empty($$SELECT signature FROM ext_functions
                 'or it is an internal idem_sql_* helper of the SQL edition that is not SECURITY DEFINER');
 SELECT results_eq($$SELECT signature, sql_standard_body FROM ext_functions
                     WHERE proconfig IS NULL AND lanname <> 'c' AND signature NOT LIKE 'idem\_sql\_%' ORDER BY 1$$,
-                  $$VALUES ('idem_consumer_in_scope(text)', true), ('idem_outbox_next_seq()', true),
-                           ('idem_scope_in_tenant(text)', true)$$,
+                  $$VALUES ('idem_consumer_in_scope(text)', true), ('idem_fingerprint(bytea)', true),
+                           ('idem_outbox_next_seq()', true), ('idem_scope_in_tenant(text)', true)$$,
                   'the only ones without SET search_path, besides the SQL edition''s internal helpers, are '
-                  'idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, and '
-                  'idem_outbox_next_seq, inlined as idem_outbox.seq''s default: SQL-standard bodies, bound at creation');
+                  'idem_consumer_in_scope and idem_scope_in_tenant, so that the policies can inline them, '
+                  'idem_outbox_next_seq, inlined as idem_outbox.seq''s default, and idem_fingerprint(bytea), '
+                  'inlined into its callers: SQL-standard bodies, bound at creation');
 \else
 SELECT is_empty($$SELECT signature FROM ext_functions
                   WHERE lanname IN ('plpgsql', 'sql') AND proconfig IS NULL AND NOT sql_standard_body$$,
@@ -139,9 +140,11 @@ SELECT is_empty($$SELECT name FROM ext_relations
 -- timeline from its caller would let PUBLIC exhaust the epochs, 2^24 a call).
 SELECT set_eq(
     $$SELECT signature FROM ext_functions f
-      WHERE (SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
-         OR EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
-                    WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')$$,
+      WHERE ((SELECT proacl IS NULL FROM pg_proc WHERE oid = f.oid)
+             OR EXISTS (SELECT FROM pg_proc p, aclexplode(p.proacl) a
+                        WHERE p.oid = f.oid AND a.grantee = 0 AND a.privilege_type = 'EXECUTE'))
+        -- the helpers that run as their caller do only what the caller may
+        AND NOT (signature LIKE 'idem\_sql\_%' AND NOT prosecdef)$$,
     $$VALUES ('idem_consumer_in_scope(text)'), ('idem_enforce_initial_state()'), ('idem_enforce_transition()'),
              ('idem_fingerprint(bytea)'), ('idem_fingerprint(jsonb)'), ('idem_fingerprint(text)'),
              ('idem_inbox_seq(bigint,integer)'), ('idem_inserted_unchecked(text,name,oid,text)'),
@@ -151,34 +154,12 @@ SELECT set_eq(
              ('idem_scope_in_tenant(text)'), ('idem_stats()'), ('idem_transition(regclass,text,text,text[],name)'),
              ('idem_transition(regclass,text[],text,text[],name)'), ('idem_trigger_arg(bytea,integer)'),
              ('idem_version()'),
-             ('idem_sql_add_interval(timestamp with time zone,interval,text)'), ('idem_sql_arg_fingerprint(bytea)'),
-             ('idem_sql_arg_headers(jsonb)'), ('idem_sql_arg_key(text,text)'), ('idem_sql_arg_not_null(anyelement,text)'),
-             ('idem_sql_arg_scope(text)'), ('idem_sql_arg_token(bigint)'), ('idem_sql_check_length(text,text)'),
-             ('idem_sql_check_record_shape()'), ('idem_sql_in_tenant(text)'),
-             ('idem_sql_machine_check(text,"char",text,text,text,text,text)'),
-             ('idem_sql_machine_column(oid,text,text,text)'), ('idem_sql_machine_how(oid)'),
-             ('idem_sql_machine_note(text,jsonb)'), ('idem_sql_machine_row(jsonb,text[],text)'),
-             ('idem_sql_machine_sources(text,text)'), ('idem_sql_machine_state(anyelement,text,"char")'),
-             ('idem_sql_maint_no_column(text,text)'), ('idem_sql_maint_role_tenants(name)'),
-             ('idem_sql_maint_rows_changed(regclass)'), ('idem_sql_max_key_length()'),
-             ('idem_sql_outbox_available(timestamp with time zone,interval)'),
-             ('idem_sql_outbox_check_element(text,text,jsonb,text,jsonb,text)'),
-             ('idem_sql_outbox_check_emit(text,text,jsonb,text,jsonb,text,interval,timestamp with time zone)'),
-             ('idem_sql_outbox_check_key_bytes(integer)'), ('idem_sql_outbox_check_name(text,text)'),
-             ('idem_sql_outbox_lock_scope(bigint,integer)'), ('idem_sql_outbox_notify_on(text)'),
-             ('idem_sql_outbox_uuid(bigint)'), ('idem_sql_outbox_uuid_first(timestamp with time zone,integer)'),
-             ('idem_sql_owner_miss(text,text,bigint,text,text,jsonb,jsonb,jsonb,boolean,integer,boolean)'),
-             ('idem_sql_removal_reuse_begin(text,text,bigint)'), ('idem_sql_removal_reuse_end(text)'),
-             ('idem_sql_removal_reuse_take(text,text,bigint)'), ('idem_sql_require_tenant(regclass,text,text)'),
-             ('idem_sql_retention_expiry(interval,timestamp with time zone)'),
-             ('idem_sql_setting_int(text,integer,integer,integer,text)'), ('idem_sql_tenant_check(regclass,text)'),
-             ('idem_sql_token_check_timeline()'), ('idem_sql_token_epoch_advance()'), ('idem_sql_token_epoch_now()'),
-             ('idem_sql_token_epoch_of(bigint)'), ('idem_sql_token_epoch_read(integer)'),
-             ('idem_sql_token_epoch_require_room(bigint,bigint)'), ('idem_sql_token_first()'),
-             ('idem_sql_token_move_timeline()'), ('idem_sql_token_next(bigint)'), ('idem_sql_token_shift()')$$,
+             ('idem_sql_machine_check(text,"char",text,text,text,text,text)'), ('idem_sql_machine_sources(text,text)'),
+             ('idem_sql_maint_role_tenants(name)'), ('idem_sql_token_epoch_advance()'), ('idem_sql_token_epoch_now()'),
+             ('idem_sql_token_move_timeline()')$$,
     'PUBLIC may execute only what it may in the C edition (pure functions, readers of definitions and counters, the build''s '
-    'identity, trigger functions, idem_transition, idem_outbox_stuck, idem_outbox_next_seq) and the SQL edition''s internal '
-    'helpers named here, none of which writes beyond the caller''s rights but for the token epoch''s steps');
+    'identity, trigger functions, idem_transition, idem_outbox_stuck, idem_outbox_next_seq), the SQL edition''s internal '
+    'helpers that run as their caller, and the SECURITY DEFINER ones named here, none of which writes but the token epoch''s steps');
 \else
 SELECT results_eq(
     $$SELECT signature FROM ext_functions f

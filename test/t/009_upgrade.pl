@@ -144,6 +144,8 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
                               'idem_apply_tenant_members')
        -- added by 0.3.0 (the tenants' policies rebuilt under a lock, issue 25)
        AND p.proname <> 'idem_refuse_stale_snapshot'
+       -- added by 0.3.0 (purging by pg_cron, issue 26)
+       AND p.proname NOT IN ('idem_schedule_purge', 'idem_unschedule_purge')
        -- added by 0.2.0 (the outbox, issue 15)
        AND p.proname NOT LIKE 'idem\_outbox\_%'
        -- added by 0.2.0 (routing, issue 16)

@@ -70,15 +70,21 @@ $c->safe_psql('source', 'SELECT pg_sleep(0.01)');
 # business table, and the sequences' positions.
 my @tables = qw(idempotency_records idem_inbox idem_inbox_streams idem_machines
   idem_outbox payments);
+# (but for a machine's defined_at: the built-in idem.record is defined by
+# each CREATE EXTENSION anew)
 my $contents = join(' UNION ALL ', map {
-	"SELECT '$_', md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) FROM $_ t"
+	"SELECT '$_', md5(coalesce(string_agg((to_jsonb(t) - 'defined_at')::text, E'\\n' "
+	  . "ORDER BY (to_jsonb(t) - 'defined_at')::text), '')) FROM $_ t"
 } @tables)
   . " UNION ALL SELECT 'epoch', last_value::text FROM idem_token_epoch"
   . " UNION ALL SELECT 'outbox seq', last_value::text FROM idem_outbox_seq"
   . " ORDER BY 1";
 
-# The same calls on both sides; each answer on a line of its own.
+# The same calls on both sides; each answer on a line of its own.  The
+# editions' errors differ only in their CONTEXT lines (PL/pgSQL's), which the
+# contract leaves out.
 my $calls = <<'SQL';
+\set SHOW_CONTEXT never
 SELECT 'replay', outcome, status, result, response_code FROM idem_claim('done', idem_fingerprint('a'));
 SELECT 'conflict', outcome FROM idem_claim('done', idem_fingerprint('other'));
 SELECT 'final', outcome, status FROM idem_claim('refused', idem_fingerprint('b'));
@@ -114,9 +120,10 @@ sub restore
 	my ($out_from, $err_from, $out_to, $err_to);
 	# the calls change the data: on copies, so that each side starts equal
 	$from->safe_psql('postgres', "CREATE DATABASE ${to_db}_twin TEMPLATE $from_db");
-	$from->psql("${to_db}_twin", $calls, stdout => \$out_from, stderr => \$err_from);
-	$to->psql($to_db, $calls, stdout => \$out_to, stderr => \$err_to);
-	like($out_from, qr/takeover\|takeover\|/, "$what: the source answered the calls");
+	$from->psql("${to_db}_twin", $calls, stdout => \$out_from, stderr => \$err_from,
+		on_error_stop => 0);
+	$to->psql($to_db, $calls, stdout => \$out_to, stderr => \$err_to, on_error_stop => 0);
+	like($out_from, qr/^replay\|replay\|succeeded\|/m, "$what: the source answered the calls");
 	is($out_to, $out_from, "$what: the restored copy answers every call as the source does");
 	is($err_to, $err_from, "$what: the same notices (the refused transition)");
 }

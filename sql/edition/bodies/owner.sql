@@ -28,12 +28,15 @@ SET search_path = pg_catalog, pg_temp
 AS $f$
 DECLARE
     r record;
+    seqscan pg_catalog.text := pg_catalog.current_setting('enable_seqscan');
+    ignored pg_catalog.text := pg_catalog.set_config('enable_seqscan', 'off', true);
 BEGIN
     SELECT t.token, t.status::pg_catalog.text AS status, t.lease_expires_at, t.result, t.error,
            t.response_headers, t.response_code, t.retryable
       INTO r
       FROM @extschema@.idempotency_records t
      WHERE t.scope OPERATOR(pg_catalog.=) p_scope AND t.key OPERATOR(pg_catalog.=) p_key;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'idempotency key "%" does not exist', p_key
             USING ERRCODE = 'IK004',
@@ -76,6 +79,8 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
     t_now pg_catalog.timestamptz;
 BEGIN
     IF idem_complete.key IS NULL OR idem_complete.key OPERATOR(pg_catalog.=) ''
@@ -91,6 +96,11 @@ BEGIN
         PERFORM @extschema@.idem_sql_arg_headers(idem_complete.headers);
     END IF;
     t_now := pg_catalog.clock_timestamp();
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET status = 'succeeded', result = idem_complete.result,
            response_code = idem_complete.response_code,
@@ -101,6 +111,7 @@ BEGIN
        AND key OPERATOR(pg_catalog.=) idem_complete.key
        AND token OPERATOR(pg_catalog.=) idem_complete.token
        AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         PERFORM @extschema@.idem_sql_owner_miss(idem_complete.scope, idem_complete.key,
             idem_complete.token, 'complete', 'succeeded', idem_complete.result, NULL,
@@ -124,6 +135,8 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
     t_now pg_catalog.timestamptz;
 BEGIN
     IF idem_fail.key IS NULL OR idem_fail.key OPERATOR(pg_catalog.=) ''
@@ -145,6 +158,11 @@ BEGIN
         PERFORM @extschema@.idem_sql_arg_headers(idem_fail.headers);
     END IF;
     t_now := pg_catalog.clock_timestamp();
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET status = 'failed', error = idem_fail.error, retryable = idem_fail.retryable,
            response_code = idem_fail.response_code,
@@ -155,6 +173,7 @@ BEGIN
        AND key OPERATOR(pg_catalog.=) idem_fail.key
        AND token OPERATOR(pg_catalog.=) idem_fail.token
        AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         PERFORM @extschema@.idem_sql_owner_miss(idem_fail.scope, idem_fail.key,
             idem_fail.token, 'fail', 'failed', NULL, idem_fail.error,
@@ -179,6 +198,8 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
     t_now pg_catalog.timestamptz;
     lease pg_catalog.timestamptz;
     stored pg_catalog.timestamptz;
@@ -199,6 +220,11 @@ BEGIN
             lease := @extschema@.idem_sql_add_interval(t_now, idem_checkpoint.extend_lease, 'extend_lease');
         END IF;
     END IF;
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET recovery_point = COALESCE(idem_checkpoint.recovery_point, recovery_point),
            lease_expires_at = COALESCE(lease, lease_expires_at), updated_at = t_now
@@ -207,6 +233,7 @@ BEGIN
        AND token OPERATOR(pg_catalog.=) idem_checkpoint.token
        AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL
     RETURNING lease_expires_at INTO stored;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         PERFORM @extschema@.idem_sql_owner_miss(idem_checkpoint.scope, idem_checkpoint.key,
             idem_checkpoint.token, 'checkpoint', NULL, NULL, NULL, NULL, false, NULL, false);
@@ -222,6 +249,8 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
     next_token pg_catalog.int8;
 BEGIN
     IF idem_release.key IS NULL OR idem_release.key OPERATOR(pg_catalog.=) ''
@@ -234,6 +263,11 @@ BEGIN
         PERFORM @extschema@.idem_sql_arg_scope(idem_release.scope);
     END IF;
     next_token := @extschema@.idem_sql_token_next(idem_release.token);
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET token = GREATEST(token OPERATOR(pg_catalog.+) 1, next_token), lease_expires_at = NULL,
            updated_at = pg_catalog.clock_timestamp()
@@ -241,6 +275,7 @@ BEGIN
        AND key OPERATOR(pg_catalog.=) idem_release.key
        AND token OPERATOR(pg_catalog.=) idem_release.token
        AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         PERFORM @extschema@.idem_sql_owner_miss(idem_release.scope, idem_release.key,
             idem_release.token, 'release', NULL, NULL, NULL, NULL, false, NULL, false);
@@ -253,6 +288,9 @@ $body$;
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
+DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
 BEGIN
     IF idem_mark_unknown.key IS NULL OR idem_mark_unknown.key OPERATOR(pg_catalog.=) ''
        OR pg_catalog.octet_length(idem_mark_unknown.key) OPERATOR(pg_catalog.>) 255
@@ -266,6 +304,11 @@ BEGIN
     IF idem_mark_unknown.detail IS NULL THEN
         RAISE EXCEPTION 'detail must not be null' USING ERRCODE = '22004';
     END IF;
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET status = 'unknown', error = idem_mark_unknown.detail, lease_expires_at = NULL,
            updated_at = pg_catalog.clock_timestamp()
@@ -273,6 +316,7 @@ BEGIN
        AND key OPERATOR(pg_catalog.=) idem_mark_unknown.key
        AND token OPERATOR(pg_catalog.=) idem_mark_unknown.token
        AND status OPERATOR(pg_catalog.=) 'processing' AND lease_expires_at IS NOT NULL;
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
         PERFORM @extschema@.idem_sql_owner_miss(idem_mark_unknown.scope, idem_mark_unknown.key,
             idem_mark_unknown.token, 'mark unknown', 'unknown', NULL, idem_mark_unknown.detail,
@@ -288,6 +332,8 @@ LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
 DECLARE
+    seqscan pg_catalog.text;
+    ignored pg_catalog.text;
     t_now pg_catalog.timestamptz;
     current_status pg_catalog.text;
 BEGIN
@@ -316,6 +362,11 @@ BEGIN
             USING ERRCODE = '22023', HINT = 'Pass retryable => true only with status "failed".';
     END IF;
     t_now := pg_catalog.clock_timestamp();
+    -- planned without sequential scans, as the C edition's statements
+    -- (record_store.c, idem_execute_without_seqscan): a generic plan
+    -- cached while the table was small must not scan it once it grew
+    seqscan := pg_catalog.current_setting('enable_seqscan');
+    ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
     UPDATE @extschema@.idempotency_records
        SET status = idem_resolve.status,
            result = CASE WHEN idem_resolve.status::pg_catalog.text OPERATOR(pg_catalog.=) 'succeeded'
@@ -329,7 +380,10 @@ BEGIN
      WHERE scope OPERATOR(pg_catalog.=) idem_resolve.scope
        AND key OPERATOR(pg_catalog.=) idem_resolve.key
        AND status OPERATOR(pg_catalog.=) 'unknown';
+    ignored := pg_catalog.set_config('enable_seqscan', seqscan, true);
     IF NOT FOUND THEN
+        -- (enable_seqscan stays off: an error follows, which puts it back)
+        ignored := pg_catalog.set_config('enable_seqscan', 'off', true);
         SELECT t.status::pg_catalog.text INTO current_status
           FROM @extschema@.idempotency_records t
          WHERE t.scope OPERATOR(pg_catalog.=) idem_resolve.scope
