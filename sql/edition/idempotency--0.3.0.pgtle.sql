@@ -2303,6 +2303,7 @@ DECLARE
     expires pg_catalog.timestamptz;
     lock_timeout_was pg_catalog.text;
     inserted pg_catalog.bool;
+    live pg_catalog.bool;
     tried pg_catalog.bool;              -- whether round 0 of the loop has its INSERT done
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
@@ -2340,23 +2341,18 @@ BEGIN
                   AND idem_inbox_accept.retention OPERATOR(pg_catalog.>) '-1000 years'::pg_catalog.interval
                  THEN now_ts OPERATOR(pg_catalog.+) idem_inbox_accept.retention OPERATOR(pg_catalog.>) now_ts
                  ELSE false END) THEN
-        -- valid arguments, and the statement above found the key taken:
-        -- round 0 of the loop below, without the INSERT
+        -- Valid arguments, and the statement above found the key taken.  A
+        -- live row is a duplicate: the C edition's UPDATE would not match it
+        -- (nor wait for it) and its SELECT would find it, so one SELECT
+        -- answers; an expired row is the loop's to revive.
         expires := now_ts OPERATOR(pg_catalog.+) coalesce(idem_inbox_accept.retention, '1 day'::pg_catalog.interval);
-        UPDATE @extschema@.idem_inbox AS i SET expires_at = expires
-        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
-          AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id
-          AND i.expires_at OPERATOR(pg_catalog.<=) now_ts;
-        IF FOUND THEN
-            RETURN true;
-        END IF;
-        PERFORM FROM @extschema@.idem_inbox AS i
+        SELECT i.expires_at OPERATOR(pg_catalog.>) now_ts INTO live FROM @extschema@.idem_inbox AS i
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept.consumer
           AND i.message_id OPERATOR(pg_catalog.=) idem_inbox_accept.message_id;
-        IF FOUND THEN
+        IF live THEN
             RETURN false;               -- a live duplicate
         END IF;
-        tried := false;                 -- purged in between: the loop inserts
+        tried := true;                  -- round 0 below: revive it, or it vanished
     ELSE
         -- the arguments, in the C edition's order
         tried := false;                 -- (the statement above did not try the INSERT)
@@ -6348,14 +6344,19 @@ BEGIN
     END IF;
 
     IF fast THEN
-        -- the first statement inserted those new: the others are left
+        -- The first statement inserted those new; the others were taken.
+        -- Those live now are duplicates (the C edition's UPDATE would not
+        -- match them, nor wait for them, and its SELECT would find them):
+        -- one SELECT; the expired are round 0's to revive.
         accepted := coalesce(got, '{}');
-        IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
-        END IF;
+        SELECT pg_catalog.array_agg(i.message_id) INTO got FROM @extschema@.idem_inbox AS i
+        WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
+          AND i.message_id OPERATOR(pg_catalog.=) ANY (pending)
+          AND i.expires_at OPERATOR(pg_catalog.>) now_ts;
+        pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                           EXCEPT
+                                           SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(accepted OPERATOR(pg_catalog.||) got) AS g(id)) AS x
+                         ORDER BY x.id);
     ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
@@ -6395,10 +6396,10 @@ BEGIN
         END;
         accepted := coalesce(got, '{}');
         IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
         END IF;
     ELSE
         accepted := '{}';
@@ -6417,10 +6418,10 @@ BEGIN
             SELECT pg_catalog.array_agg(ins.message_id) INTO got FROM ins;
             IF got IS NOT NULL THEN
                 accepted := accepted OPERATOR(pg_catalog.||) got;
-                pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                                 WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                                   WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                                 ORDER BY p.n);
+                pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                                   EXCEPT
+                                                   SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                                 ORDER BY x.id);
                 EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
             END IF;
         END IF;
@@ -6434,10 +6435,10 @@ BEGIN
         SELECT pg_catalog.array_agg(rev.message_id) INTO got FROM rev;
         IF got IS NOT NULL THEN
             accepted := accepted OPERATOR(pg_catalog.||) got;
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- the live duplicates
@@ -6445,10 +6446,10 @@ BEGIN
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
           AND i.message_id OPERATOR(pg_catalog.=) ANY (pending);
         IF got IS NOT NULL THEN
-            pending := ARRAY(SELECT p.id FROM pg_catalog.unnest(pending) WITH ORDINALITY AS p(id, n)
-                             WHERE NOT EXISTS (SELECT FROM pg_catalog.unnest(got) AS g(id)
-                                               WHERE g.id OPERATOR(pg_catalog.=) p.id)
-                             ORDER BY p.n);
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(got) AS g(id)) AS x
+                             ORDER BY x.id);
             EXIT WHEN pg_catalog.cardinality(pending) OPERATOR(pg_catalog.=) 0;
         END IF;
         -- purged since the INSERT looked: insert those again
@@ -6466,11 +6467,24 @@ BEGIN
     END LOOP;
 
     -- the new ids, in the order of their first appearance
+    IF pg_catalog.cardinality(accepted) OPERATOR(pg_catalog.=) 0 THEN
+        RETURN;
+    END IF;
+    -- (sorted, not joined: a generic plan guesses 10 elements per array and
+    -- would join in a nested loop, quadratic in a large batch)
     RETURN QUERY
-    SELECT m.id
-    FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)
-    JOIN pg_catalog.unnest(accepted) AS a(id) ON a.id OPERATOR(pg_catalog.=) m.id
-    GROUP BY m.id ORDER BY pg_catalog.min(m.n);
+    SELECT w.id FROM (
+        SELECT u.id, u.n, u.src,
+               pg_catalog.row_number() OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS k,
+               pg_catalog.first_value(u.src) OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS first_src
+        FROM (SELECT a.id COLLATE pg_catalog."C" AS id, NULL::pg_catalog.int8 AS n, 0 AS src
+              FROM pg_catalog.unnest(accepted) AS a(id)
+              UNION ALL
+              SELECT m.id COLLATE pg_catalog."C", m.n, 1
+              FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)) AS u
+    ) AS w
+    WHERE w.first_src OPERATOR(pg_catalog.=) 0 AND w.k OPERATOR(pg_catalog.=) 2
+    ORDER BY w.n;
 END
 $body$;
 
