@@ -510,21 +510,16 @@ BEGIN
     IF pg_catalog.cardinality(accepted) OPERATOR(pg_catalog.=) 0 THEN
         RETURN;
     END IF;
-    -- (sorted, not joined: a generic plan guesses 10 elements per array and
-    -- would join in a nested loop, quadratic in a large batch)
+    -- (grouped, not joined: a generic plan guesses 10 elements per array
+    -- and would join in a nested loop, quadratic in a large batch)
     RETURN QUERY
-    SELECT w.id FROM (
-        SELECT u.id, u.n, u.src,
-               pg_catalog.row_number() OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS k,
-               pg_catalog.first_value(u.src) OVER (PARTITION BY u.id ORDER BY u.src, u.n) AS first_src
-        FROM (SELECT a.id COLLATE pg_catalog."C" AS id, NULL::pg_catalog.int8 AS n, 0 AS src
-              FROM pg_catalog.unnest(accepted) AS a(id)
-              UNION ALL
-              SELECT m.id COLLATE pg_catalog."C", m.n, 1
-              FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)) AS u
-    ) AS w
-    WHERE w.first_src OPERATOR(pg_catalog.=) 0 AND w.k OPERATOR(pg_catalog.=) 2
-    ORDER BY w.n;
+    SELECT u.id
+    FROM (SELECT a.id COLLATE pg_catalog."C" AS id, NULL::pg_catalog.int8 AS n, true AS acc
+          FROM pg_catalog.unnest(accepted) AS a(id)
+          UNION ALL
+          SELECT m.id COLLATE pg_catalog."C", m.n, false
+          FROM pg_catalog.unnest(idem_inbox_accept_many.message_ids) WITH ORDINALITY AS m(id, n)) AS u
+    GROUP BY u.id HAVING pg_catalog.bool_or(u.acc) ORDER BY pg_catalog.min(u.n);
 END
 $body$;
 
