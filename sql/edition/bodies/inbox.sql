@@ -393,10 +393,15 @@ BEGIN
         WHERE i.consumer OPERATOR(pg_catalog.=) idem_inbox_accept_many.consumer
           AND i.message_id OPERATOR(pg_catalog.=) ANY (pending)
           AND i.expires_at OPERATOR(pg_catalog.>) now_ts;
-        pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
-                                           EXCEPT
-                                           SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(accepted OPERATOR(pg_catalog.||) got) AS g(id)) AS x
-                         ORDER BY x.id);
+        -- (the rows inserted above are live too: when every id is, all are decided)
+        IF pg_catalog.cardinality(got) OPERATOR(pg_catalog.=) pg_catalog.cardinality(pending) THEN
+            pending := '{}';
+        ELSE
+            pending := ARRAY(SELECT x.id FROM (SELECT p.id COLLATE pg_catalog."C" AS id FROM pg_catalog.unnest(pending) AS p(id)
+                                               EXCEPT
+                                               SELECT g.id COLLATE pg_catalog."C" FROM pg_catalog.unnest(accepted OPERATOR(pg_catalog.||) got) AS g(id)) AS x
+                             ORDER BY x.id);
+        END IF;
     ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
