@@ -2160,6 +2160,8 @@ DECLARE
     remaining_ms float8;
     rec @extschema@.idempotency_records;
     found_row boolean;
+    max_waiters integer;
+    slot integer;
 BEGIN
     PERFORM @extschema@.idem_sql_arg_key(key, 'idempotency key');
     PERFORM @extschema@.idem_sql_arg_scope(scope);
@@ -2184,22 +2186,35 @@ BEGIN
     IF found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
        AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
        AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'
-       AND deadline OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()
-       AND @extschema@.idem_sql_setting_int('idempotency.max_waiters', 4, 0, 2147483647, '') OPERATOR(pg_catalog.<>) 0 THEN
-        LOOP
-            remaining_ms := pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
-                            OPERATOR(pg_catalog.*) 1000;
-            EXIT WHEN remaining_ms OPERATOR(pg_catalog.<=) 0;
-            PERFORM pg_catalog.pg_sleep(LEAST(sleep_ms::float8, remaining_ms) OPERATOR(pg_catalog./) 1000);
-            sleep_ms := LEAST(sleep_ms OPERATOR(pg_catalog.*) 2, 100);
-            SELECT r.* INTO rec FROM @extschema@.idempotency_records r
-             WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
-               AND r.key OPERATOR(pg_catalog.=) idem_await.key;
-            found_row := FOUND;
-            -- an owner still at work? (a released record has no lease)
-            EXIT WHEN NOT COALESCE(found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
-                                   AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false);
-        END LOOP;
+       AND deadline OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() THEN
+        max_waiters := @extschema@.idem_sql_setting_int('idempotency.max_waiters', 4, 0, 2147483647, '');
+        BEGIN
+            FOR i IN 1 .. max_waiters LOOP
+                IF pg_catalog.pg_try_advisory_xact_lock(7460, i) THEN
+                    slot := i;
+                    EXIT;
+                END IF;
+            END LOOP;
+            LOOP
+                EXIT WHEN slot IS NULL;     -- no place: the record as it is
+                remaining_ms := pg_catalog.extract('epoch', deadline OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                                OPERATOR(pg_catalog.*) 1000;
+                EXIT WHEN remaining_ms OPERATOR(pg_catalog.<=) 0;
+                PERFORM pg_catalog.pg_sleep(LEAST(sleep_ms::float8, remaining_ms) OPERATOR(pg_catalog./) 1000);
+                sleep_ms := LEAST(sleep_ms OPERATOR(pg_catalog.*) 2, 100);
+                SELECT r.* INTO rec FROM @extschema@.idempotency_records r
+                 WHERE r.scope OPERATOR(pg_catalog.=) idem_await.scope
+                   AND r.key OPERATOR(pg_catalog.=) idem_await.key;
+                found_row := FOUND;
+                -- an owner still at work? (a released record has no lease)
+                EXIT WHEN NOT COALESCE(found_row AND rec.status OPERATOR(pg_catalog.=) 'processing'
+                                       AND rec.lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp(), false);
+            END LOOP;
+            -- the rollback of this subtransaction gives the place back
+            RAISE EXCEPTION USING ERRCODE = 'P0004';
+        EXCEPTION WHEN assert_failure THEN
+            NULL;
+        END;
     END IF;
     IF found_row THEN
         -- a waiter is no owner: it does not learn the fencing token

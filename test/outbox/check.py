@@ -12,6 +12,7 @@
   5. every committed message is published (none pending, in flight or dead).
 """
 import collections
+import os
 import glob
 import sys
 
@@ -82,7 +83,10 @@ statuses = collections.Counter(outbox[m][0] if m in outbox else "missing" for m 
 check(statuses == collections.Counter({"published": len(emits)}),
       "every committed message is published: %s" % dict(statuses))
 print("# claims %d, duplicates dropped by the inbox %d" % (claims, duplicates))
-for counter, value in db.execute("SELECT counter, value FROM idem_stats() WHERE counter LIKE 'outbox%'"):
-    print("# %s %d" % (counter, value))
+# the counters, where the server keeps them (the C edition, preloaded; the
+# SQL edition has none: README, "What needs the C library")
+if os.environ.get("IDEM_EDITION", "c") != "sql":
+    for counter, value in db.execute("SELECT counter, value FROM idem_stats() WHERE counter LIKE 'outbox%'"):
+        print("# %s %d" % (counter, value))
 print("Result: %s" % ("PASS" if all(tests) and len(tests) == 5 else "FAIL"))
 sys.exit(0 if all(tests) else 1)

@@ -316,7 +316,8 @@ DO $$ BEGIN PERFORM pg_sleep(0.3); END $$;
 -- The SQL edition's idem_await sleeps in pg_sleep between its reads (no
 -- latch to wait on without the library), and its first read is planned,
 -- which locks every index of the table (AccessShareLock, to the end of the
--- transaction): a wait event of its own, and the same absence of row locks.
+-- transaction), and it holds an advisory lock as its waiter's place: a wait
+-- event of its own, and the same absence of row locks.
 \if :sql_edition
 SELECT results_eq($$SELECT state, wait_event_type, wait_event, backend_xid IS NULL
                     FROM pg_stat_activity WHERE pid = (SELECT pid FROM waiter)$$,
@@ -329,8 +330,10 @@ SELECT results_eq($$SELECT locktype, coalesce(relation::regclass::text, ''), mod
                     WHERE c.oid = 'idempotency_records'::regclass
                        OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'idempotency_records'::regclass)
                     UNION ALL SELECT 'virtualxid', '', 'ExclusiveLock', true
+                    -- its waiter's place (idempotency.max_waiters)
+                    UNION ALL SELECT 'advisory', '', 'ExclusiveLock', true
                     ORDER BY 1, 2$$,
-                  'its only locks: AccessShareLock on the table and its indexes (no row lock)');
+                  'its only locks: AccessShareLock on the table and its indexes, its waiter''s place (no row lock)');
 \else
 SELECT results_eq($$SELECT state, wait_event_type, wait_event, backend_xid IS NULL
                     FROM pg_stat_activity WHERE pid = (SELECT pid FROM waiter)$$,
