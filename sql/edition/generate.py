@@ -5,7 +5,9 @@ The SQL edition is the C edition's install script with each C function's
 declaration kept (name, argument names, defaults, result, volatility,
 strictness, parallel safety, rows) and only its `AS 'MODULE_PATHNAME', ...
 LANGUAGE C` replaced by a body from sql/edition/bodies/*.sql, with
-`SET search_path = pg_catalog, pg_temp` unless the body sets it.  Every table,
+`SET search_path = pg_catalog, pg_temp` unless the body sets it or is
+SQL-standard (`LANGUAGE sql` then `RETURN ...` or `BEGIN ATOMIC ... END`,
+bound at creation).  Every table,
 view, policy, grant and PL/pgSQL function therefore has one definition, the
 chain's.  A bodies file holds blocks, each headed by the declaration's key:
 
