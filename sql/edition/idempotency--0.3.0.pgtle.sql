@@ -1592,10 +1592,13 @@ BEGIN
                       AND NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
                       AND pg_catalog.has_column_privilege('@extschema@.idempotency_records'::pg_catalog.regclass,
                                                           19::pg_catalog.int2, 'SELECT') IS NULL
-                 -- positive intervals (once the others are valid: an overflow
-                 -- is then the error validation.c raises first)
-                 THEN (lease IS NULL OR (t_now OPERATOR(pg_catalog.+) lease) OPERATOR(pg_catalog.>) t_now)
-                      AND (retention IS NULL OR (t_now OPERATOR(pg_catalog.+) retention) OPERATOR(pg_catalog.>) t_now) END,
+                 -- positive, finite intervals (once the others are valid: an
+                 -- overflow is then the error validation.c raises first; an
+                 -- interval may be infinite from PostgreSQL 17 on)
+                 THEN (lease IS NULL OR ((t_now OPERATOR(pg_catalog.+) lease) OPERATOR(pg_catalog.>) t_now
+                                         AND pg_catalog.isfinite(lease)))
+                      AND (retention IS NULL OR ((t_now OPERATOR(pg_catalog.+) retention) OPERATOR(pg_catalog.>) t_now
+                                                 AND pg_catalog.isfinite(retention))) END,
                       false);
     SELECT CASE WHEN NOT quick OR r.fingerprint OPERATOR(pg_catalog.<>) idem_claim.fingerprint THEN NULL
                 ELSE CASE r.status
