@@ -313,10 +313,19 @@ COMMENT ON SEQUENCE @extschema@.idem_token_timeline IS
     'the timeline on which the token epoch last moved on (idem_token_epoch)';
 
 
-SELECT pg_catalog.setval('@extschema@.idem_token_timeline',
-                         ('x' OPERATOR(pg_catalog.||)
-                          pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)
-                         )::bit(32)::bigint);
+-- The server's timeline now.  A server that refuses its WAL position to the
+-- installing role (some managed services do, for the SQL edition) leaves 0:
+-- there the epoch cannot follow timelines (README, "What needs the C library").
+DO $timeline$
+BEGIN
+    PERFORM pg_catalog.setval('@extschema@.idem_token_timeline',
+                              ('x' OPERATOR(pg_catalog.||)
+                               pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)
+                              )::bit(32)::bigint);
+EXCEPTION WHEN feature_not_supported OR insufficient_privilege THEN
+    NULL;
+END
+$timeline$;
 
 /*
  * The deletion trigger reads the epoch of a token with the new shift.  Made

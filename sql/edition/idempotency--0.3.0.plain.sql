@@ -65,7 +65,8 @@ BEGIN
         num := num OPERATOR(pg_catalog.*) factor OPERATOR(pg_catalog./)
                CASE unit WHEN 'ms' THEN 1000 ELSE 1000000 END;
     END IF;
-    result := pg_catalog.round(num);
+    -- guc.c rounds with rint(): halves to even, as round(float8) does
+    result := pg_catalog.round(num::pg_catalog.float8);
     IF result OPERATOR(pg_catalog.>) 2147483647 OR result OPERATOR(pg_catalog.<) -2147483648 THEN
         RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw
             USING ERRCODE = '22023', HINT = 'Value exceeds integer range.';
@@ -620,6 +621,22 @@ BEGIN
 END
 $fn$;
 --@@ idempotency plain: the next statement @@--
+-- The server's timeline as the WAL file names write it (8 hex digits), or
+-- NULL where the server refuses to tell: a service may refuse
+-- pg_current_wal_lsn or pg_walfile_name to its users (0A000 or 42501).
+-- There the epoch cannot follow a new timeline (README, "What needs the C
+-- library"); the C edition reads the timeline from the server's memory.
+CREATE FUNCTION @extschema@.idem_sql_token_timeline_read()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    RETURN pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+EXCEPTION WHEN feature_not_supported OR insufficient_privilege THEN
+    RETURN NULL;
+END
+$fn$;
+--@@ idempotency plain: the next statement @@--
 -- mirrors check_timeline (src/tokens.c): before the first token of a
 -- timeline, move the epoch on; outside recovery only.  The timeline this
 -- backend has seen moved is kept in the session setting
@@ -629,18 +646,30 @@ $fn$;
 -- timeline until it stops: idem_claim takes a set value to mean "checked"
 -- without reading the WAL position again (a session that began on a
 -- standby has not set it, and checks at its first token after promotion).
+-- Where the server refuses to tell its timeline, the setting says
+-- 'unknown' and the session does not ask again.
 CREATE FUNCTION @extschema@.idem_sql_token_check_timeline()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
+    checked text := pg_catalog.current_setting('idempotency.sql_edition_timeline', true);
     timeline text;
 BEGIN
-    IF pg_catalog.pg_is_in_recovery() THEN
+    IF checked OPERATOR(pg_catalog.=) 'unknown' OR pg_catalog.pg_is_in_recovery() THEN
         RETURN;
     END IF;
-    timeline := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
-    IF timeline OPERATOR(pg_catalog.=) pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
+    IF COALESCE(checked, '') OPERATOR(pg_catalog.=) '' THEN
+        -- the session's first token: the only read that may be refused
+        timeline := @extschema@.idem_sql_token_timeline_read();
+        IF timeline IS NULL THEN
+            PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline', 'unknown', false);
+            RETURN;
+        END IF;
+    ELSE
+        timeline := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+    END IF;
+    IF timeline OPERATOR(pg_catalog.=) checked THEN
         RETURN;
     END IF;
     IF pg_catalog.to_regclass('@extschema@.idem_token_timeline') IS NULL THEN
@@ -1581,6 +1610,7 @@ DECLARE
     dummy text;
     saved_timeout text;
     saved_reuse text;
+    probe_timeout text;
     retention_us numeric;
     locked boolean;
 BEGIN
@@ -1608,6 +1638,9 @@ BEGIN
                       AND (retention IS NULL OR ((t_now OPERATOR(pg_catalog.+) retention) OPERATOR(pg_catalog.>) t_now
                                                  AND pg_catalog.isfinite(retention))) END,
                       false);
+    IF pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT') THEN
+        LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+    END IF;
     SELECT CASE WHEN NOT quick OR r.fingerprint OPERATOR(pg_catalog.<>) idem_claim.fingerprint THEN NULL
                 ELSE CASE r.status
                      WHEN 'succeeded' THEN CASE WHEN r.expires_at OPERATOR(pg_catalog.>) t_now THEN 'replay' END
@@ -1718,11 +1751,13 @@ BEGIN
                     AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
                          OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
                                                               scope) OPERATOR(pg_catalog.=) 'inside');
+                probe_timeout := '1ms';
                 IF pg_catalog.octet_length(COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), ''))
                    OPERATOR(pg_catalog.<) 16 THEN
                     IF probe THEN
                         busy := NOT pg_catalog.pg_try_advisory_xact_lock(
                             pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
+                        probe_timeout := '100ms';
                     ELSE
                         PERFORM pg_catalog.pg_advisory_xact_lock_shared(
                             pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
@@ -1734,12 +1769,17 @@ BEGIN
                 IF busy THEN
                     NULL;
                 ELSIF probe THEN
-                    -- the table's lock first, so that only a wait for a row
-                    -- of the key can run into the lock timeout
-                    LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+                    -- the indexes' locks first (the table's is held), so that
+                    -- only a wait for a row of the key can run into the lock
+                    -- timeout, not one behind REINDEX or pg_repack: planning
+                    -- an INSERT ... ON CONFLICT locks every index of its table
+                    -- (a cached plan of the INSERT below would lock them only
+                    -- as it inserts)
+                    EXECUTE 'INSERT INTO @extschema@.idempotency_records (scope, key) SELECT NULL, NULL WHERE false
+                             ON CONFLICT (scope, key) DO NOTHING';
                     saved_timeout := pg_catalog.current_setting('lock_timeout');
                     BEGIN
-                        PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                        PERFORM pg_catalog.set_config('lock_timeout', probe_timeout, true);
                         INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                             lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                         VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
@@ -2330,6 +2370,7 @@ DECLARE
     inserted pg_catalog.bool;
     live pg_catalog.bool;
     tried pg_catalog.bool;              -- whether round 0 of the loop has its INSERT done
+    timeouts pg_catalog.int4;           -- the probe's lock timeouts not for an extension lock
 BEGIN
     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
     SELECT idem_inbox_accept.consumer, idem_inbox_accept.message_id,
@@ -2391,9 +2432,11 @@ BEGIN
 
         IF NOT idem_inbox_accept.wait THEN
             -- the probe: the INSERT, refused at once where it would wait (see the top)
-            LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
+            EXECUTE 'INSERT INTO @extschema@.idem_inbox (consumer, message_id) SELECT NULL, NULL WHERE false
+                             ON CONFLICT (consumer, message_id) DO NOTHING';   -- the locks (see the top)
             lock_timeout_was := pg_catalog.current_setting('lock_timeout');
-            FOR attempt IN 1 .. 2 LOOP
+            timeouts := 0;
+            FOR attempt IN 1 .. 50 LOOP
                 BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
                     INSERT INTO @extschema@.idem_inbox AS i (consumer, message_id, expires_at)
@@ -2403,7 +2446,20 @@ BEGIN
                     PERFORM pg_catalog.set_config('lock_timeout', lock_timeout_was, true);
                     EXIT;
                 EXCEPTION WHEN lock_not_available THEN
-                    IF attempt OPERATOR(pg_catalog.=) 2 THEN
+                    -- (inserts that add pages to the table or an index while
+                    -- the machine is busy can hold the extension lock for
+                    -- milliseconds: test/t/010_maintenance.pl)
+                    IF NOT EXISTS (SELECT FROM pg_catalog.pg_locks l
+                            WHERE l.locktype OPERATOR(pg_catalog.=) 'extend'
+                              AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                                     WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                              AND l.relation OPERATOR(pg_catalog.=) ANY (ARRAY(
+                                      SELECT x.indexrelid FROM pg_catalog.pg_index x
+                                       WHERE x.indrelid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass
+                                      UNION ALL SELECT '@extschema@.idem_inbox'::pg_catalog.regclass::pg_catalog.oid))) THEN
+                        timeouts := timeouts OPERATOR(pg_catalog.+) 1;
+                    END IF;
+                    IF timeouts OPERATOR(pg_catalog.=) 2 OR attempt OPERATOR(pg_catalog.=) 50 THEN
                         RAISE EXCEPTION 'message "%" of consumer "%" is held by another transaction',
                             idem_inbox_accept.message_id, idem_inbox_accept.consumer
                             USING ERRCODE = '55P03',
@@ -6411,7 +6467,8 @@ BEGIN
     ELSIF NOT idem_inbox_accept_many.wait THEN
         -- the probe: the INSERT, refused at once where it would wait (see the
         -- top); then, to name the id, one id at a time in key order
-        LOCK TABLE @extschema@.idem_inbox IN ROW EXCLUSIVE MODE;
+        EXECUTE 'INSERT INTO @extschema@.idem_inbox (consumer, message_id) SELECT NULL, NULL WHERE false
+                         ON CONFLICT (consumer, message_id) DO NOTHING';   -- the locks (see the top)
         lock_timeout_was := pg_catalog.current_setting('lock_timeout');
         BEGIN
             PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
@@ -7121,10 +7178,19 @@ CREATE SEQUENCE @extschema@.idem_token_timeline AS bigint MINVALUE 0 START WITH 
 COMMENT ON SEQUENCE @extschema@.idem_token_timeline IS
     'the timeline on which the token epoch last moved on (idem_token_epoch)';
 --@@ idempotency plain: the next statement @@--
-SELECT pg_catalog.setval('@extschema@.idem_token_timeline',
-                         ('x' OPERATOR(pg_catalog.||)
-                          pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)
-                         )::bit(32)::bigint);
+-- The server's timeline now.  A server that refuses its WAL position to the
+-- installing role (some managed services do, for the SQL edition) leaves 0:
+-- there the epoch cannot follow timelines (README, "What needs the C library").
+DO $timeline$
+BEGIN
+    PERFORM pg_catalog.setval('@extschema@.idem_token_timeline',
+                              ('x' OPERATOR(pg_catalog.||)
+                               pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8)
+                              )::bit(32)::bigint);
+EXCEPTION WHEN feature_not_supported OR insufficient_privilege THEN
+    NULL;
+END
+$timeline$;
 --@@ idempotency plain: the next statement @@--
 /*
  * The deletion trigger reads the epoch of a token with the new shift.  Made

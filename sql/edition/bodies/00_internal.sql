@@ -45,7 +45,8 @@ BEGIN
         num := num OPERATOR(pg_catalog.*) factor OPERATOR(pg_catalog./)
                CASE unit WHEN 'ms' THEN 1000 ELSE 1000000 END;
     END IF;
-    result := pg_catalog.round(num);
+    -- guc.c rounds with rint(): halves to even, as round(float8) does
+    result := pg_catalog.round(num::pg_catalog.float8);
     IF result OPERATOR(pg_catalog.>) 2147483647 OR result OPERATOR(pg_catalog.<) -2147483648 THEN
         RAISE EXCEPTION 'invalid value for parameter "%": "%"', name, raw
             USING ERRCODE = '22023', HINT = 'Value exceeds integer range.';
@@ -600,6 +601,22 @@ BEGIN
 END
 $fn$;
 
+-- The server's timeline as the WAL file names write it (8 hex digits), or
+-- NULL where the server refuses to tell: a service may refuse
+-- pg_current_wal_lsn or pg_walfile_name to its users (0A000 or 42501).
+-- There the epoch cannot follow a new timeline (README, "What needs the C
+-- library"); the C edition reads the timeline from the server's memory.
+CREATE FUNCTION @extschema@.idem_sql_token_timeline_read()
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $fn$
+BEGIN
+    RETURN pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+EXCEPTION WHEN feature_not_supported OR insufficient_privilege THEN
+    RETURN NULL;
+END
+$fn$;
+
 -- mirrors check_timeline (src/tokens.c): before the first token of a
 -- timeline, move the epoch on; outside recovery only.  The timeline this
 -- backend has seen moved is kept in the session setting
@@ -609,18 +626,30 @@ $fn$;
 -- timeline until it stops: idem_claim takes a set value to mean "checked"
 -- without reading the WAL position again (a session that began on a
 -- standby has not set it, and checks at its first token after promotion).
+-- Where the server refuses to tell its timeline, the setting says
+-- 'unknown' and the session does not ask again.
 CREATE FUNCTION @extschema@.idem_sql_token_check_timeline()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $fn$
 DECLARE
+    checked text := pg_catalog.current_setting('idempotency.sql_edition_timeline', true);
     timeline text;
 BEGIN
-    IF pg_catalog.pg_is_in_recovery() THEN
+    IF checked OPERATOR(pg_catalog.=) 'unknown' OR pg_catalog.pg_is_in_recovery() THEN
         RETURN;
     END IF;
-    timeline := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
-    IF timeline OPERATOR(pg_catalog.=) pg_catalog.current_setting('idempotency.sql_edition_timeline', true) THEN
+    IF COALESCE(checked, '') OPERATOR(pg_catalog.=) '' THEN
+        -- the session's first token: the only read that may be refused
+        timeline := @extschema@.idem_sql_token_timeline_read();
+        IF timeline IS NULL THEN
+            PERFORM pg_catalog.set_config('idempotency.sql_edition_timeline', 'unknown', false);
+            RETURN;
+        END IF;
+    ELSE
+        timeline := pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8);
+    END IF;
+    IF timeline OPERATOR(pg_catalog.=) checked THEN
         RETURN;
     END IF;
     IF pg_catalog.to_regclass('@extschema@.idem_token_timeline') IS NULL THEN

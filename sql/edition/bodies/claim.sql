@@ -16,14 +16,24 @@
 -- expressions with few calls in them, and PERFORM (a query) is kept for
 -- the rare paths.
 --
+-- Locks (C: record_store.c, read_lock): a role that may insert takes
+-- RowExclusiveLock on the table before its first read.  A read under
+-- AccessShareLock that asks for RowExclusiveLock next deadlocks with
+-- REINDEX TABLE, which holds ShareLock on the table while it waits for the
+-- index the read holds (test/t/010_maintenance.pl).
+--
 -- wait => false and a new key (C: a dirty probe of the primary key): a
 -- claim that inserts a key holds a shared advisory lock on the key's hash
 -- to the end of its transaction (at most 16 keys a transaction, so that a
 -- bulk claim does not fill the lock table); a claim with wait => false
 -- tries the lock exclusively and answers in_progress when it is held.  A
 -- key inserted otherwise (beyond the 16, a plain INSERT) is found by the
--- INSERT itself, run in a subtransaction with lock_timeout = 1ms once the
--- table's lock is taken: 55P03 is in_progress.
+-- INSERT itself, run in a subtransaction under lock_timeout once the locks
+-- of the table and of its indexes are taken: 55P03 is in_progress.  The
+-- INSERT can also wait briefly for a relation extension lock, which is no
+-- claim of the key: where the advisory lock was free (no claim inserts the
+-- key) the timeout is 100ms, so that only a plain INSERT of the key can
+-- make the claim wait that long; beyond the 16, 1ms.
 LANGUAGE plpgsql
 AS $body$
 #variable_conflict use_column
@@ -46,6 +56,7 @@ DECLARE
     dummy text;
     saved_timeout text;
     saved_reuse text;
+    probe_timeout text;
     retention_us numeric;
     locked boolean;
 BEGIN
@@ -73,6 +84,9 @@ BEGIN
                       AND (retention IS NULL OR ((t_now OPERATOR(pg_catalog.+) retention) OPERATOR(pg_catalog.>) t_now
                                                  AND pg_catalog.isfinite(retention))) END,
                       false);
+    IF pg_catalog.has_table_privilege('@extschema@.idempotency_records'::pg_catalog.regclass, 'INSERT') THEN
+        LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+    END IF;
     SELECT CASE WHEN NOT quick OR r.fingerprint OPERATOR(pg_catalog.<>) idem_claim.fingerprint THEN NULL
                 ELSE CASE r.status
                      WHEN 'succeeded' THEN CASE WHEN r.expires_at OPERATOR(pg_catalog.>) t_now THEN 'replay' END
@@ -183,11 +197,13 @@ BEGIN
                     AND (NOT pg_catalog.row_security_active('@extschema@.idempotency_records'::pg_catalog.regclass)
                          OR @extschema@.idem_sql_tenant_check('@extschema@.idempotency_records'::pg_catalog.regclass,
                                                               scope) OPERATOR(pg_catalog.=) 'inside');
+                probe_timeout := '1ms';
                 IF pg_catalog.octet_length(COALESCE(pg_catalog.current_setting('idempotency.sql_edition_claims', true), ''))
                    OPERATOR(pg_catalog.<) 16 THEN
                     IF probe THEN
                         busy := NOT pg_catalog.pg_try_advisory_xact_lock(
                             pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
+                        probe_timeout := '100ms';
                     ELSE
                         PERFORM pg_catalog.pg_advisory_xact_lock_shared(
                             pg_catalog.hashtextextended(key, pg_catalog.hashtextextended(scope, 7459)));
@@ -199,12 +215,17 @@ BEGIN
                 IF busy THEN
                     NULL;
                 ELSIF probe THEN
-                    -- the table's lock first, so that only a wait for a row
-                    -- of the key can run into the lock timeout
-                    LOCK TABLE @extschema@.idempotency_records IN ROW EXCLUSIVE MODE;
+                    -- the indexes' locks first (the table's is held), so that
+                    -- only a wait for a row of the key can run into the lock
+                    -- timeout, not one behind REINDEX or pg_repack: planning
+                    -- an INSERT ... ON CONFLICT locks every index of its table
+                    -- (a cached plan of the INSERT below would lock them only
+                    -- as it inserts)
+                    EXECUTE 'INSERT INTO @extschema@.idempotency_records (scope, key) SELECT NULL, NULL WHERE false
+                             ON CONFLICT (scope, key) DO NOTHING';
                     saved_timeout := pg_catalog.current_setting('lock_timeout');
                     BEGIN
-                        PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+                        PERFORM pg_catalog.set_config('lock_timeout', probe_timeout, true);
                         INSERT INTO @extschema@.idempotency_records (scope, key, fingerprint, token,
                             lease_expires_at, created_at, updated_at, expires_at, purge_after, status, attempts)
                         VALUES (idem_claim.scope, idem_claim.key, idem_claim.fingerprint, tok,
