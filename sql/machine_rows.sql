@@ -1,3 +1,4 @@
+-- idem-test: superuser: it copies rows from a program (COPY FROM PROGRAM, pg_execute_server_program's) and makes a foreign-data wrapper, both a superuser's
 --
 -- State machines and the ways a row reaches a governed table besides a plain
 -- INSERT or UPDATE: an UPDATE that moves a row to another partition (checked

@@ -1,3 +1,4 @@
+-- idem-test: superuser: it creates idempotency_router and PL/Proxy, extensions only a superuser may create (not trusted)
 --
 -- idempotency_router, the extension of a sharded deployment's proxy
 -- database (README "Scaling out").  Here beside the extension itself, in a

@@ -1,3 +1,4 @@
+-- idem-test: superuser: SET SESSION AUTHORIZATION, which stands for the two clients' logins, is a superuser's
 --
 -- Tenant as an argument, in autocommit (issue 14): each statement below is
 -- its own transaction and nothing SETs idempotency.scope.  A role allowed t1

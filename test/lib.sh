@@ -155,6 +155,39 @@ idem_preload_conf() {
         "idempotency.purge_interval = 1"
 }
 
+# idem_edition_owner: the role that creates the extension on the running
+# cluster and owns what a test makes (databases, tables, the roles of its
+# workloads); echoes its name.  The C edition's extension is not trusted:
+# the superuser postgres.  The SQL edition's is: the role idem_owner, LOGIN
+# CREATEDB CREATEROLE and no superuser, what a managed service gives its
+# customer; the superuser only creates it here (a DBA's step).  On 16 and
+# later a role gets only ADMIN on the roles it creates: createrole_self_grant
+# makes it a member of them too, so that it may SET ROLE to them (on 15 it
+# grants itself the membership: GRANT r TO idem_owner).  Not INHERIT: a
+# member that inherits a role is bound by its policies too, and the kind
+# global_reconciler's restrictive ones would let the owner update only
+# unknown records.
+idem_edition_owner() {
+    [ "$IDEM_EDITION" = sql ] || { echo postgres; return 0; }
+    "$(idem_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -U postgres -d postgres >/dev/null <<'SQL' || return 1
+SELECT 'CREATE ROLE idem_owner LOGIN CREATEDB CREATEROLE NOSUPERUSER'
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'idem_owner') \gexec
+SELECT $$ALTER ROLE idem_owner SET createrole_self_grant = 'set'$$
+ WHERE current_setting('server_version_num')::int >= 160000 \gexec
+SQL
+    echo idem_owner
+}
+
+# idem_roles_note ROLE...: a TAP comment naming the roles a run connects
+# as, each marked if it is a superuser (from the server, not assumed).
+idem_roles_note() {
+    "$(idem_bindir)/psql" -X -Atq -U postgres -d postgres -v roles="$*" <<'SQL'
+SELECT '# connects as ' || string_agg(rolname || CASE WHEN rolsuper THEN ' (superuser)' ELSE '' END,
+                                      ', ' ORDER BY rolname)
+  FROM pg_roles WHERE rolname = ANY (string_to_array(:'roles', ' '))
+SQL
+}
+
 idem_cluster_stop() {
     [ -n "${IDEM_CLUSTER_DIR:-}" ] || return 0
     idem_as_cluster_user "$(idem_bindir)/pg_ctl" -D "$IDEM_CLUSTER_DIR/data" -m fast -w stop \
@@ -265,10 +298,10 @@ idem_sql_edition_tree() {
     fi
     idem_as_root cp "$IDEM_ROOT/sql/edition/idempotency.control" \
         "$IDEM_ROOT"/sql/edition/idempotency--*[0-9].sql "$dir$share/extension/"
-    if find "$dir" -name 'idempotency*' -not -name 'idempotency_router*' |
+    if find "$dir" -mindepth 1 -name 'idempotency*' -not -name 'idempotency_router*' |
         grep -v "$dir$share/extension/idempotency[.-]" | grep -q .; then
         idem_log "the SQL edition's tree still holds a file of the C edition:"
-        find "$dir" -name 'idempotency*' >&2
+        find "$dir" -mindepth 1 -name 'idempotency*' >&2
         return 1
     fi
     echo "$dir$lib/bin"
@@ -357,4 +390,56 @@ idem_pg_tle_build_locked() {
     idem_as_root cp -a "$from_lib/." "$to_lib/" &&
         idem_as_root cp -a "$from_share/." "$to_share/" ||
         { idem_log "pg_tle: could not install into $to_lib and $to_share"; return 1; }
+}
+
+# idem_rabbit_start DIR: a throwaway RabbitMQ node of its own in DIR (as
+# test/outbox/run starts one): private ports below the ephemeral range, its
+# own epmd (started here, so that its pid is known), no plugins, listening on
+# 127.0.0.1 only; waits until it is up.  Sets IDEM_RABBIT_PORT (AMQP, user
+# guest) and what idem_rabbit_stop needs.  Needs rabbitmq-server.
+idem_rabbit_start() {
+    local dir=$1 epmd_port dist_port
+    IDEM_RABBIT_PORT=$(idem_free_port)
+    # three different ports (nothing holds them until the node starts)
+    epmd_port=$IDEM_RABBIT_PORT dist_port=$IDEM_RABBIT_PORT
+    while [ "$epmd_port" = "$IDEM_RABBIT_PORT" ]; do epmd_port=$(idem_free_port); done
+    while [ "$dist_port" = "$IDEM_RABBIT_PORT" ] || [ "$dist_port" = "$epmd_port" ]; do
+        dist_port=$(idem_free_port)
+    done
+    mkdir -p "$dir/mnesia" "$dir/log"
+    echo '[].' >"$dir/enabled_plugins"
+    echo "listeners.tcp.default = 127.0.0.1:$IDEM_RABBIT_PORT" >"$dir/rabbitmq.conf"
+    # Debian's rabbitmq-server and rabbitmqctl run as the user rabbitmq
+    if id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq "$dir"; fi
+    IDEM_RABBIT_ENV=(HOME="$dir" RABBITMQ_NODENAME="idem$IDEM_RABBIT_PORT@localhost"
+        RABBITMQ_NODE_PORT="$IDEM_RABBIT_PORT" RABBITMQ_DIST_PORT="$dist_port" ERL_EPMD_PORT="$epmd_port"
+        RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log"
+        RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_CONFIG_FILE="$dir/rabbitmq")
+    ERL_EPMD_PORT=$epmd_port epmd -port "$epmd_port" >"$dir/epmd.out" 2>&1 &
+    IDEM_EPMD_PID=$!
+    env "${IDEM_RABBIT_ENV[@]}" rabbitmq-server >>"$dir/server.out" 2>&1 &
+    IDEM_RABBIT_PID=$!
+    for _ in $(seq 120); do
+        env "${IDEM_RABBIT_ENV[@]}" rabbitmqctl -q await_startup >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    idem_log "RabbitMQ did not start"; tail -20 "$dir/server.out" >&2
+    return 1
+}
+
+# idem_rabbit_stop: stops the node of idem_rabbit_start and its epmd, by
+# their pids (rabbitmq-server runs the node under su: its process tree).
+idem_rabbit_stop() {
+    [ -n "${IDEM_RABBIT_PID:-}" ] || return 0
+    env "${IDEM_RABBIT_ENV[@]}" rabbitmqctl -q stop >/dev/null 2>&1 || true
+    idem_kill_tree "$IDEM_RABBIT_PID"
+    kill -9 "$IDEM_EPMD_PID" 2>/dev/null || true
+    IDEM_RABBIT_PID=
+}
+
+# idem_kill_tree PID: SIGKILL a process we started and its descendants.
+idem_kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" || true); do idem_kill_tree "$child"; done
+    kill -9 "$1" 2>/dev/null || true
 }

@@ -2,7 +2,8 @@
 """A fake payment provider on 127.0.0.1 for test/clients: charges at most once
 per payment id, declines amounts of 9000 and more, and on a first call times
 out sometimes (seeded): it decides (charge or not, half each), then answers
-only after PROVIDER_DELAY seconds, longer than the services wait.
+only after PROVIDER_DELAY seconds (2.5, or the environment's PROVIDER_DELAY),
+longer than the services wait.
 
 A payment id whose last "."-separated part is a marker gets that behaviour
 instead, always (no random timeout):
@@ -13,6 +14,9 @@ instead, always (no random timeout):
   hangup   POST charges, then closes the connection without an answer
   cutoff   POST charges, then sends half its body and closes the connection
   bad400   POST answers 400 (a refusal), charges nothing
+  slow     the first POST charges, then answers only after PROVIDER_DELAY
+  lost     the first POST charges nothing, and answers only after
+           PROVIDER_DELAY (the request was lost); later ones as usual
 
   POST /charges  {"payment_id": ..., "amount": ...}  201 {"charge_id", "amount"},
                  200 for a repeated id (the same charge), 402 for a decline
@@ -23,6 +27,7 @@ instead, always (no random timeout):
 
 Usage: fake_provider.py PORT [SEED]"""
 import json
+import os
 import random
 import sys
 import threading
@@ -32,8 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEED = sys.argv[2] if len(sys.argv) > 2 else "1"
 TIMEOUT_RATE = 0.3
-PROVIDER_DELAY = 2.5
-MARKERS = {"ok", "post503", "get503", "garbage", "hangup", "cutoff", "bad400"}
+PROVIDER_DELAY = float(os.environ.get("PROVIDER_DELAY", "2.5"))
+MARKERS = {"ok", "post503", "get503", "garbage", "hangup", "cutoff", "bad400", "slow", "lost"}
 lock = threading.Lock()
 calls = {}      # payment id -> number of POST /charges
 charges = {}    # payment id -> {"charge_id", "amount"}
@@ -79,6 +84,8 @@ class Handler(BaseHTTPRequestHandler):
             calls[pid] = n = calls.get(pid, 0) + 1
             if mark == "bad400":
                 status, body = 400, {"error": "invalid_request"}
+            elif mark == "lost" and n == 1:
+                status, body = 504, {"error": "lost"}
             elif pid in charges:
                 status, body = 200, charges[pid]
             elif amount >= 9000:
@@ -88,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
             rng = random.Random("%s:%s:%d" % (SEED, pid, n))
             timeout = mark is None and n == 1 and status != 402 and rng.random() < TIMEOUT_RATE
             charge = random.Random("%s:%s:charge" % (SEED, pid)).random() < 0.5
+            if mark in ("slow", "lost") and n == 1:
+                timeout = charge = True   # a lost request's status is no charge
             if status == 201 and (not timeout or charge):
                 charges[pid] = body
         if timeout:

@@ -1,7 +1,15 @@
 -- The business tables of test/clients' services, and their roles.  No
 -- unique constraint on (tenant, idem_key): the extension alone must keep one
 -- row per key (the test counts).
-CREATE EXTENSION IF NOT EXISTS idempotency;
+
+-- The extension, unless its functions are there already: installed before
+-- (README "An HTTP endpoint"), or the SQL edition's plain script's, which
+-- makes no extension.
+SELECT NOT EXISTS (SELECT FROM pg_proc WHERE proname = 'idem_claim' AND pg_function_is_visible(oid))
+       AS idem_missing \gset
+\if :idem_missing
+CREATE EXTENSION idempotency;
+\endif
 CREATE TABLE orders (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL,
                      sku text, qty int);
 CREATE TABLE payments (id bigserial PRIMARY KEY, tenant text NOT NULL, idem_key text NOT NULL,
@@ -20,3 +28,7 @@ GRANT INSERT ON payments TO reconciler;
 GRANT USAGE ON SEQUENCE orders_id_seq, payments_id_seq TO api;
 GRANT USAGE ON SEQUENCE payments_id_seq TO reconciler;
 SELECT idem_tenant_isolation();
+-- The driver's own connection is the owner's (test/clients/run), whom forced
+-- isolation binds too (the C edition's owner is a superuser, who bypasses
+-- it): it writes in t1 and t2 and checks that nothing was written in t3.
+SELECT idem_grant_tenant(t, quote_ident(current_user)::regrole) FROM unnest('{t1,t2,t3}'::text[]) t;

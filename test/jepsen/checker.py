@@ -1096,9 +1096,13 @@ def run(a):
     histdir = os.path.join(a.histdir, a.dbname)
     os.makedirs(histdir, exist_ok=True)
 
-    print("jepsen: seed %d, %d clients, %s requests, %gs at most, sabotage %s%s"
+    # who the clients are (test/jepsen/run: the edition's owner)
+    with psycopg.connect(dsn) as c:
+        role, superuser = c.execute("SELECT rolname, rolsuper FROM pg_roles"
+                                    " WHERE rolname = current_user").fetchone()
+    print("jepsen: seed %d, %d clients, %s requests, %gs at most, sabotage %s, as %s%s%s"
           % (a.seed, a.clients, a.requests if a.requests < 10**9 else "unbounded",
-             a.duration, a.sabotage,
+             a.duration, a.sabotage, role, " (superuser)" if superuser else " (no superuser)",
              ", through a PL/Proxy proxy to %d shards, %d partitions" % (len(shard_dsns), PARTITIONS)
              if shard_dsns else ""), flush=True)
     shared = Shared()

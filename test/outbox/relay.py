@@ -9,7 +9,9 @@ with publisher confirms (persistent, mandatory) to the queue of its key
 the batch once the broker confirmed every message.  What it does:
 
   - a broker that refuses a message (a nack, or no queue for it): the
-    message is nacked, with the broker's answer, and backs off;
+    message is nacked, with the broker's answer, and backs off, and so are
+    the later messages of its key in the batch, unpublished (a queue that
+    comes back between two publications must not get the second first);
   - the broker unreachable, or the connection lost: the batch is dropped
     unacked and the relay reconnects; the leases run out and a relay takes
     the messages over (published again: the consumer's inbox drops the copy);
@@ -78,7 +80,12 @@ def relay_batch(db, ch):
     token = rows[0][6]
     log.write("claim %d %d %s\n" % (token, len(rows), " ".join(str(r[0]) for r in rows)))
     published = []
+    refused = set()   # (topic, key): per key order, nothing goes after a refused message
     for (mid, topic, key, mtype, payload, headers, _) in rows:
+        if (topic, key) in refused:
+            db.execute("SELECT idem_outbox_nack(%s, %s, %s)",
+                       (mid, token, psycopg.types.json.Jsonb({"error": "an earlier message of its key was refused"})))
+            continue
         try:
             ch.basic_publish(
                 "", queue_of(key), json.dumps(payload).encode(),
@@ -88,6 +95,7 @@ def relay_batch(db, ch):
                 mandatory=True)
             published.append(mid)
         except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+            refused.add((topic, key))
             db.execute("SELECT idem_outbox_nack(%s, %s, %s)",
                        (mid, token, psycopg.types.json.Jsonb({"error": repr(e)})))
     if published and stall:

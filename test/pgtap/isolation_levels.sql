@@ -1,3 +1,4 @@
+-- idem-test: superuser: its other sessions are dblink's, which connects a non-superuser only with a password that the server asks for (the cluster trusts local logins)
 -- Isolation levels.  This transaction runs under REPEATABLE READ and goes
 -- through the whole lifecycle on its own records (the claim's read-then-write
 -- loop must work with one snapshot).  Then, through dblink, other sessions

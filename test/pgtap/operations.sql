@@ -1,3 +1,4 @@
+-- idem-test: superuser: its other sessions are dblink's, which connects a non-superuser only with a password that the server asks for (the cluster trusts local logins)
 -- Operations, as a service and an operator use them.  idem_await returns a
 -- finished, unknown or released record at once, no row for an absent key,
 -- and a processing record when its timeout has passed; it is woken by

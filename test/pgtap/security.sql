@@ -1,3 +1,4 @@
+-- idem-test: superuser: it reads the install script from the server's disk (pg_read_file), creates a BYPASSRLS role and checks what binds a superuser and what does not
 -- Security (issue #8): the privilege model, tenant isolation, search_path
 -- safety and hostile identifiers, tested as several roles.
 --

@@ -1,3 +1,4 @@
+-- idem-test: superuser: its other sessions are dblink's, which connects a non-superuser only with a password that the server asks for (the cluster trusts local logins)
 -- Security (issue #8), the parts that need another database or other sessions:
 --
 --   1. the extension in a schema of its own ("idem"), with look-alikes of

@@ -1,3 +1,4 @@
+-- idem-test: superuser: between the tenants' steps it writes and reads every tenant's rows under tenant isolation, which binds every role but a superuser or BYPASSRLS (FORCE binds the tables' owner)
 -- Tenants with sub-scopes and the reconciler across tenants (issue 14),
 -- under tenant isolation, tested as roles that row-level security binds:
 --

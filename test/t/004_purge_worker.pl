@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: the purge worker and its statistics live in the C library, preloaded; the SQL edition schedules idem_purge with pg_cron instead (test/run checks that run), and idem_stats raises 55000
 # The purge worker, with the library in shared_preload_libraries: it purges
 # on its interval in every listed database, follows a SIGHUP change of its
 # settings, comes back after a crash, and lets the server shut down cleanly.
@@ -7,6 +8,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('worker');

@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: CREATE, DROP and ALTER DATABASE and tablespaces against the purge worker's launcher, a background process of the C library; the SQL edition has no worker (pg_cron runs idem_purge instead)
 # Database and tablespace lifecycle with the purge worker running (the
 # library in shared_preload_libraries): CREATE and DROP DATABASE, ALTER
 # DATABASE ... RENAME and SET TABLESPACE, DROP TABLESPACE finish in seconds
@@ -16,6 +17,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 # Longest a command may take: far above what each needs, far below the
 # harness's own timeout.

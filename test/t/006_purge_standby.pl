@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: the purge worker's launcher on a standby and after a promotion, a background process of the C library; the SQL edition has no worker
 # The purge worker on a hot standby (the library preloaded on both servers):
 # the launcher runs there, purges nothing and says so once in the log; after
 # a promotion it purges the expired records.  The primary's purge is paused
@@ -8,6 +9,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);

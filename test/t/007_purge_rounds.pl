@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: the purge worker's bounded runs and the launcher's memory, in the C library; the SQL edition has no worker
 # A purge run is bounded: in a database where rows keep expiring faster than
 # the run deletes them, the run still ends (after 10 transactions of one batch
 # per table), the launcher goes on to the next database in the list, and
@@ -9,6 +10,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $node = PostgreSQL::Test::Cluster->new('rounds');
 $node->init;

@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: the C library's log line when idempotency.databases is set without preloading; the SQL edition has no library and no worker
 # Without shared_preload_libraries, idempotency.databases set: the sessions
 # that load the library do not each write to the server log that no purge
 # worker runs (the line is at DEBUG1; there is no shared memory to say it
@@ -7,6 +8,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $node = PostgreSQL::Test::Cluster->new('nopreload');
 $node->init;

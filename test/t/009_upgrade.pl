@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: it installs 0.1.0 and updates through the C edition's chain (the library of each version checking its SQL objects); the SQL edition starts at 0.3.0, with no script of an older version
 # Upgrade in place: ALTER EXTENSION idempotency UPDATE from 0.1.0 keeps
 # every row and grant and brings the new behaviour; an updated install is
 # the same in the catalogs as a fresh one of the current version.
@@ -40,6 +41,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;

@@ -16,17 +16,20 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 use IPC::Run;
 
 my $clients = 4;
 
 my $node = PostgreSQL::Test::Cluster->new('maintenance');
 $node->init;
-$node->append_conf('postgresql.conf', qq{
+$node->append_conf('postgresql.conf', c_edition_conf(qq{
 shared_preload_libraries = 'idempotency'
 idempotency.databases = 'postgres'
 idempotency.purge_interval = 1
-});
+}));
 $node->start;
 
 $node->safe_psql('postgres', q{

@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: the purge worker when things go wrong (locks, shutdown, cancels, no worker slot), a background process of the C library; the SQL edition has no worker
 # The purge worker when things go wrong: a listed database whose tables are
 # locked does not hold up the others, and says so once; a run that takes long
 # does not keep the launcher from shutting down, and a new launcher starts no
@@ -12,6 +13,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 # Longest anything may take: far above what it needs, far below the harness's
 # own timeout.

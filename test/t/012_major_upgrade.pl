@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: pg_upgrade from 15 to 18 with the C library built for 18 (IDEM_UPGRADE_TO_PATH), the purge worker purging on both sides and idem_version's library; the SQL edition has no library to upgrade (its objects are plain SQL, as in 003 and 021's dump and restore)
 # A major-version upgrade with the extension in use: pg_upgrade from
 # PostgreSQL 15 to 18 keeps every row, token, grant and attachment, and the
 # extension works on 18.
@@ -28,6 +29,9 @@ use File::Spec;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $old = PostgreSQL::Test::Cluster->new('old15');
 my $old_major = $old->pg_version->major;

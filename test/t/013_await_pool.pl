@@ -10,6 +10,11 @@
 #
 # Also without PgBouncer: a waiter that is cancelled by statement_timeout or
 # terminated gives its slot back.
+#
+# The SQL edition (IdemEdition.pm) keeps the limit without the library: a
+# waiter's slot is an advisory lock (7460, 1 .. max_waiters), counted here
+# from pg_locks, and the refused duplicates, which it cannot count
+# (idem_stats raises 55000), from their answers.
 use strict;
 use warnings;
 use File::Spec;
@@ -18,6 +23,9 @@ use Time::HiRes qw(time sleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => "$pgbouncer is not installed (test/lib.sh installs it)" unless -x $pgbouncer;
@@ -27,10 +35,9 @@ my $wait_s = 10;    # the duplicates' idem_await timeout
 
 my $node = PostgreSQL::Test::Cluster->new('await_pool');
 $node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'idempotency'
-idempotency.max_waiters = $max_waiters
-});
+$node->append_conf('postgresql.conf',
+	c_edition_conf("shared_preload_libraries = 'idempotency'\n")
+	  . "idempotency.max_waiters = $max_waiters\n");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 
@@ -38,6 +45,15 @@ my $stat = sub {
 	$node->safe_psql('postgres',
 		"SELECT value FROM idem_stats() WHERE counter = '$_[0]'");
 };
+# the waiters holding a slot
+my $waiting = sql_edition()
+  ? sub {
+	$node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		   AND classid = 7460 AND objsubid = 2
+		   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())});
+  }
+  : sub { $stat->('await_waiting') };
 my $poll = sub {
 	my ($cond, $secs) = @_;
 	my $until = time + $secs;
@@ -53,20 +69,20 @@ my $rc = $node->psql('postgres',
 	q{SET statement_timeout = '200ms'; SELECT * FROM idem_await('slot', '', '30 s')},
 	stdout => \$out, stderr => \$err);
 like($err, qr/canceling statement due to statement timeout/, 'statement_timeout cancels a waiter');
-is($stat->('await_waiting'), 0, '... and its slot is free');
+is($waiting->(), 0, '... and its slot is free');
 
 my ($wout, $werr) = ('', '');
 my $waiter = IPC::Run::start(
 	[ 'psql', '-X', '-At', '-d', $node->connstr('postgres'),
 	  '-c', q{SELECT status FROM idem_await('slot', '', '60 s')} ],
 	'>', \$wout, '2>', \$werr);
-ok($poll->(sub { $stat->('await_waiting') == 1 }, 30), 'a waiter holds a slot');
+ok($poll->(sub { $waiting->() == 1 }, 30), 'a waiter holds a slot');
 $node->safe_psql('postgres',
 	q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	   WHERE query LIKE '%idem_await(''slot''%' AND pid <> pg_backend_pid()});
 $waiter->finish;
 like($werr, qr/terminating connection/, 'the waiter is terminated');
-ok($poll->(sub { $stat->('await_waiting') == 0 }, 10), '... and its slot is free');
+ok($poll->(sub { $waiting->() == 0 }, 10), '... and its slot is free');
 
 # --- behind PgBouncer
 my $dir = PostgreSQL::Test::Utils::tempdir;
@@ -108,7 +124,7 @@ my $bpsql = sub {
 # the first request claims (its own transaction) ...
 is($bpsql->(q{SELECT outcome FROM idem_claim('pay-1', '\x02', '1 hour')}), 'new',
 	'the first request claims the key');
-my $refused0 = $stat->('await_refused');
+my $refused0 = sql_edition() ? 0 : $stat->('await_refused');
 
 # ... 8 duplicates arrive and await it ...
 my @dups;
@@ -124,7 +140,12 @@ for my $i (1 .. 8)
 my $started = time;
 # until each duplicate waits or was answered (bounded: without the limit, only
 # two get a server connection)
-$poll->(sub { $stat->('await_waiting') + $stat->('await_refused') - $refused0 >= 8 }, 5);
+# (the SQL edition: the duplicates that answered at once, from their output)
+my $answered = sub {
+	for my $d (@dups) { eval { $d->{h}->pump_nb if $d->{h}->pumpable }; }
+	return scalar grep { $_->{out} =~ /processing/ } @dups;
+};
+$poll->(sub { $waiting->() + (sql_edition() ? $answered->() : $stat->('await_refused') - $refused0) >= 8 }, 5);
 
 # ... and the first request completes in a second transaction
 $bpsql->(q{SELECT idem_complete('pay-1',
@@ -141,9 +162,13 @@ is($status{succeeded} // 0, $max_waiters < 8 ? $max_waiters : 8,
 	'each duplicate that waited saw the completion');
 is($status{processing} // 0, $max_waiters < 8 ? 8 - $max_waiters : 0,
 	'the others answered at once with the record in progress (409, Retry-After)');
-is($stat->('await_refused') - $refused0, $max_waiters < 8 ? 8 - $max_waiters : 0,
-	'... and are counted in await_refused');
-is($stat->('await_waiting'), 0, 'no waiter slot is left taken');
+SKIP:
+{
+	skip 'the SQL edition counts no refused waiters (idem_stats raises 55000)', 1 if sql_edition();
+	is($stat->('await_refused') - $refused0, $max_waiters < 8 ? 8 - $max_waiters : 0,
+		'... and are counted in await_refused');
+}
+is($waiting->(), 0, 'no waiter slot is left taken');
 
 $bouncer->kill_kill;
 $node->stop('fast');

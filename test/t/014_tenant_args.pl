@@ -11,10 +11,13 @@ use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $node = PostgreSQL::Test::Cluster->new('tenant_args');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\n");
+$node->append_conf('postgresql.conf', c_edition_conf("shared_preload_libraries = 'idempotency'\n"));
 $node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION idempotency;

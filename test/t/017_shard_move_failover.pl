@@ -35,6 +35,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 use IPC::Run;
 use Time::HiRes qw(time sleep);
 
@@ -51,7 +54,8 @@ for my $i (0 .. $nshards - 1)
 {
 	my $node = PostgreSQL::Test::Cluster->new("shard$i");
 	$node->init(allows_streaming => $i == 0);
-	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\nmax_connections = 60\n");
+	$node->append_conf('postgresql.conf',
+		c_edition_conf("shared_preload_libraries = 'idempotency'\n") . "max_connections = 60\n");
 	$node->start;
 	push @shards, $node;
 }
@@ -272,7 +276,7 @@ is($proxy->safe_psql('jepsen',
 # differently.
 my $shard4 = PostgreSQL::Test::Cluster->new('shard4');
 $shard4->init;
-$shard4->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\n");
+$shard4->append_conf('postgresql.conf', c_edition_conf("shared_preload_libraries = 'idempotency'\n"));
 $shard4->start;
 my $dump = '';
 IPC::Run::run([ 'pg_dump', '--schema-only', '--no-owner', '-d', $map{3} ], '>', \$dump)

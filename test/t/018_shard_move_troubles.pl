@@ -17,6 +17,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 use IPC::Run;
 use Time::HiRes qw(time sleep);
 
@@ -31,7 +34,7 @@ for my $i (0 .. 1)
 {
 	my $node = PostgreSQL::Test::Cluster->new("shard$i");
 	$node->init;
-	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'idempotency'\n");
+	$node->append_conf('postgresql.conf', c_edition_conf("shared_preload_libraries = 'idempotency'\n"));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE DATABASE app');
 	$node->safe_psql('app', 'CREATE EXTENSION idempotency');

@@ -16,14 +16,17 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
-$primary->append_conf('postgresql.conf', q{
+$primary->append_conf('postgresql.conf', c_edition_conf(q{
 shared_preload_libraries = 'idempotency'
 idempotency.databases = 'postgres'
 idempotency.purge_interval = 1
-});
+}));
 $primary->start;
 $primary->safe_psql('postgres', q{
 	CREATE EXTENSION idempotency;

@@ -1,3 +1,4 @@
+# idem-test: c-edition-only: it runs both editions itself, the C edition's server from PATH and the SQL edition's from IDEM_SQL_EDITION_PATH, so it runs in the C edition's pass only
 # The same data in both editions: a database of the C edition, dumped with
 # pg_dump -Fc, restores into a server that has only the SQL edition (a tree
 # without any file of the C edition, IDEM_SQL_EDITION_PATH, made by test/run),
@@ -15,6 +16,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemEdition;
 
 plan skip_all => 'IDEM_SQL_EDITION_PATH (a tree with the SQL edition only) is not set'
   unless $ENV{IDEM_SQL_EDITION_PATH};

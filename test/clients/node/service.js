@@ -24,9 +24,8 @@ const { Pool } = require('pg');
 
 // node-postgres uses unnamed statements unless a query has a name, so it
 // works behind PgBouncer's transaction pooling as it is.
-const pool = new Pool({ connectionString: dsnToUrl(process.env.IDEM_DSN), max: 4 });
-const reconcilePool = new Pool({
-  connectionString: dsnToUrl(process.env.RECONCILE_DSN || process.env.IDEM_DSN), max: 1 });
+const pool = new Pool({ ...dsnConfig(process.env.IDEM_DSN), max: 4 });
+const reconcilePool = new Pool({ ...dsnConfig(process.env.RECONCILE_DSN || process.env.IDEM_DSN), max: 1 });
 const PROVIDER = process.env.PROVIDER_URL;
 const BROKEN = process.env.IDEM_CLIENTS_BREAK === '1'; // tests only: skip the claim
 const RECONCILE_AFTER = Number(process.env.RECONCILE_AFTER || 30);
@@ -48,9 +47,12 @@ const TENANT_REFUSED = /^scope ".*" does not belong to the tenant of this sessio
 const OWN_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te',
   'trailer', 'upgrade']);
 
-function dsnToUrl(dsn) {
-  const kv = Object.fromEntries(dsn.split(/\s+/).map((p) => p.split('=')));
-  return `postgresql://${kv.user}@${kv.host}:${kv.port}/${kv.dbname}`;
+// IDEM_DSN is libpq's "key=value ..." without quotes, as service.py takes
+// it; node-postgres takes each key left out (host, port: README "An HTTP
+// endpoint") from PGHOST, PGPORT, ... as libpq does.
+function dsnConfig(dsn) {
+  const kv = Object.fromEntries(dsn.trim().split(/\s+/).map((p) => [p.slice(0, p.indexOf('=')), p.slice(p.indexOf('=') + 1)]));
+  return { host: kv.host, port: kv.port, database: kv.dbname, user: kv.user, password: kv.password };
 }
 
 const answer = (status, body, headers = {}, ctype = 'application/json') => ({ status, body, headers, ctype });
