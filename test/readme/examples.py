@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The README's SQL and shell examples run, and show what they print.
 
-Every fenced block of README.md whose language is `sql` or `sh` runs
+Every fenced block of README.md and of sql/README.md (the SQL reference)
+whose language is `sql` or `sh` runs
 against the cluster that PGHOST, PGPORT and PGUSER point at (test/readme/run
-starts a throwaway one, the library preloaded):
+starts a throwaway one, the library preloaded; with IDEM_EDITION=sql, one of
+the SQL edition, as a role that is no superuser):
 
 - Each chapter (a `## ` heading) gets a database of its own, created for it
   with the extension (without it when one of the chapter's blocks runs
@@ -27,18 +29,25 @@ starts a throwaway one, the library preloaded):
                                                its output is not compared
       <!-- setup: SQL -->                      (before a sql block) SQL runs
                                                first, unseen by the reader
+                                               (before a sh block: shell)
+      <!-- c-edition-only: REASON -->          not run against the SQL edition
+                                               (IDEM_EDITION=sql); it may stand
+                                               on the line above another marker
   A block in another language (python, javascript) must be an excerpt or
   marked not run; a `text` block or a bare one (a signature, a diagram) is
   not run.
 
-The Reference chapter must name every function, table, view, sequence,
-type and setting of the extension (as expected/surface.out lists them), and
-its Errors table (or Troubleshooting, for the purge worker's log lines)
-every SQLSTATE the C code raises.
+The SQL reference (sql/README.md) must name every function, table, view,
+sequence, type and setting of the extension (as expected/surface.out lists
+them), and the README's Errors table (or Troubleshooting, for the purge
+worker's log lines) every SQLSTATE the C code raises.
 
 Every internal link of README.md (`](#anchor)`) must name a heading of it,
-and every relative link of README.md, test/README.md and src/README.md
-must name a file of the checkout (and, with an anchor, a heading of it).
+and every relative link of README.md, sql/README.md, test/README.md and
+src/README.md must name a file of the checkout (and, with an anchor, a
+heading of it).
+These two checks do not depend on the edition: IDEM_EDITION=sql leaves them
+to the C edition's run.
 
 TAP on stdout, one line per block that runs and one per link check.
 Usage: examples.py [README.md]"""
@@ -54,21 +63,27 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 HEADING = re.compile(r"^(#{1,6}) (.*)$")
-MARKER = re.compile(r"^<!-- (not run|excerpt|output not compared|setup):\s*(.*?)\s*-->$", re.S)
+MARKER = re.compile(r"^<!-- (not run|excerpt|output not compared|setup|c-edition-only):\s*(.*?)\s*-->$",
+                    re.S)
 RUN = {"sql": "sql", "sh": "sh"}
+# IDEM_EDITION=sql (test/lib.sh): the cluster has the SQL edition, and the
+# blocks marked c-edition-only do not run
+SQL_EDITION = os.environ.get("IDEM_EDITION", "c") == "sql"
 END = "@@idem-readme-example-end@@"
 TIMEOUT = 120
 
 
 class Block:
-    def __init__(self, line, lang, text, chapter, marker):
+    def __init__(self, line, lang, text, chapter, marker, c_only=None):
         self.line, self.lang, self.text, self.chapter = line, lang, text, chapter
         self.marker = marker      # (kind, argument) or None
+        self.c_only = c_only      # why the SQL edition cannot run it, or None
         self.output = None        # the text block that follows
         self.output_marker = None
+        self.where = "README"     # the file, as the TAP lines name it
 
 
-def parse(path):
+def parse(path, where="README"):
     """The fenced blocks of the file, each with its chapter and marker."""
     lines = open(path, encoding="utf-8").read().split("\n")
     blocks, chapter, i = [], "", 0
@@ -81,15 +96,20 @@ def parse(path):
         if not f:
             i += 1
             continue
-        # the marker: an HTML comment ending on the line before the fence
-        marker = None
-        if i > 0 and lines[i - 1].rstrip().endswith("-->"):
-            j = i - 1
+        # the markers: HTML comments, one after the other, ending on the
+        # line before the fence
+        markers, end = [], i
+        while end > 0 and lines[end - 1].rstrip().endswith("-->"):
+            j = end - 1
             while j > 0 and not lines[j].lstrip().startswith("<!--"):
                 j -= 1
-            m = MARKER.match("\n".join(l.strip() for l in lines[j:i]).strip())
-            if m:
-                marker = (m.group(1), m.group(2))
+            m = MARKER.match("\n".join(l.strip() for l in lines[j:end]).strip())
+            if not m:
+                break
+            markers.append((m.group(1), m.group(2)))
+            end = j
+        marker = next((m for m in markers if m[0] != "c-edition-only"), None)
+        c_only = next((m[1] for m in markers if m[0] == "c-edition-only"), None)
         start, indent = i, len(f.group(1))
         i += 1
         body = []
@@ -97,7 +117,8 @@ def parse(path):
             body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
             i += 1
         i += 1
-        blocks.append(Block(start + 1, f.group(2), "\n".join(body), chapter, marker))
+        blocks.append(Block(start + 1, f.group(2), "\n".join(body), chapter, marker, c_only))
+        blocks[-1].where = where
     # a text block right after a block (blank lines and a marker between)
     for prev, b in zip(blocks, blocks[1:]):
         if b.lang == "text" and prev.lang in RUN and prev.output is None:
@@ -241,25 +262,13 @@ def check_links(path):
     return bad
 
 
-def chapter_text(path, title):
-    """The text of the chapter (## title) of the file, fenced blocks included."""
-    out, inside, fence = [], False, False
-    for line in open(path, encoding="utf-8").read().split("\n"):
-        if line.startswith("```"):
-            fence = not fence
-        h = None if fence else HEADING.match(line)
-        if h and len(h.group(1)) <= 2:
-            inside = h.group(2) == title
-        if inside:
-            out.append(line)
-    return "\n".join(out)
-
-
-def check_reference(readme):
-    """(ok, what, why) for the objects, settings and SQLSTATEs the Reference
-    must name: the extension's members and settings as expected/surface.out
-    lists them, and the SQLSTATEs the C code raises (by errcodes.h)."""
-    reference = chapter_text(readme, "Reference")
+def check_reference(readme, reference_path):
+    """(ok, what, why) for the objects, settings and SQLSTATEs the SQL
+    reference and the README's Errors must name: the extension's members and
+    settings as expected/surface.out lists them, and the SQLSTATEs the C
+    code raises (by errcodes.h)."""
+    reference = open(reference_path, encoding="utf-8").read() if os.path.exists(
+        reference_path) else ""
     surface = open(os.path.join(ROOT, "expected", "surface.out"), encoding="utf-8").read()
     members = re.findall(r"(?m)^ (function|table|view|sequence|type) (\w+)", surface)
     settings = sorted(set(re.findall(r"(?m)^ (idempotency\.\w+) +\|", surface)))
@@ -270,12 +279,12 @@ def check_reference(readme):
         names = sorted(set(n for k, n in members if k in kinds))
         missing = [n for n in names if not named(n)]
         results.append((not missing and bool(names),
-                        "the Reference names every %s of the extension (%d)" % (what, len(names)),
-                        missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+                        "the SQL reference names every %s of the extension (%d)" % (what, len(names)),
+                        missing and ("not in the SQL reference: %s" % ", ".join(missing), "")))
     missing = [s for s in settings if not named(s)]
     results.append((not missing and bool(settings),
-                    "the Reference names every setting (%d)" % len(settings),
-                    missing and ("not in the Reference: %s" % ", ".join(missing), "")))
+                    "the SQL reference names every setting (%d)" % len(settings),
+                    missing and ("not in the SQL reference: %s" % ", ".join(missing), "")))
     # SQLSTATEs: ours (IK...) and PostgreSQL's that the C code raises
     codes = {}
     try:
@@ -295,8 +304,8 @@ def check_reference(readme):
             raised.update(re.findall(r"errcode\((ERRCODE_\w+)\)",
                                      open(os.path.join(ROOT, "src", f), encoding="utf-8").read()))
     # the Errors table, and Troubleshooting for the purge worker's log lines
-    errors = reference[reference.find("### Errors"):] + open(readme, encoding="utf-8").read()[
-        open(readme, encoding="utf-8").read().find("### Troubleshooting"):]
+    text = open(readme, encoding="utf-8").read()
+    errors = "".join(text[text.find(h):] for h in ("### Errors", "### Troubleshooting") if h in text)
     unknown = sorted(n for n in raised if n not in codes)
     missing = sorted("%s (%s)" % (codes[n], n) for n in raised if n in codes
                      and "`%s`" % codes[n] not in errors)
@@ -308,22 +317,29 @@ def check_reference(readme):
 
 def main():
     readme = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "README.md")
-    blocks = parse(readme)
+    reference = os.path.join(os.path.dirname(os.path.abspath(readme)), "sql", "README.md")
+    blocks = parse(readme) + (parse(reference, "sql/README.md") if os.path.exists(reference) else [])
     ports = {8090: free_port(), 8091: free_port()}
     results = []     # (ok, description, why)
     for b in blocks:
         if b.lang in RUN and b.marker and b.marker[0] == "not run" and not b.marker[1]:
-            results.append((False, "README line %d: a block not run says why" % b.line,
+            results.append((False, "%s line %d: a block not run says why" % (b.where, b.line),
                             "<!-- not run: --> without a reason"))
+        if b.c_only is not None and not b.c_only:
+            results.append((False, "%s line %d: a block of the C edition only says why" % (b.where, b.line),
+                            "<!-- c-edition-only: --> without a reason"))
     for b in blocks:
         if b.lang not in RUN and b.lang not in ("", "text") and not (
                 b.marker and b.marker[0] in ("not run", "excerpt")):
-            results.append((False, "README line %d: a %s block is run, an excerpt, or marked" % (
-                b.line, b.lang), "an example in %s that is neither an excerpt of tested code nor "
+            results.append((False, "%s line %d: a %s block is run, an excerpt, or marked" % (
+                b.where, b.line, b.lang), "an example in %s that is neither an excerpt of tested code nor "
                 "marked <!-- not run: REASON -->" % b.lang))
     chapters = []
+    c_only = [b for b in blocks if b.lang in RUN and b.c_only is not None
+              and not (b.marker and b.marker[0] in ("not run", "excerpt"))]
     for b in blocks:
-        if b.lang in RUN and not (b.marker and b.marker[0] in ("not run", "excerpt")):
+        if b.lang in RUN and not (b.marker and b.marker[0] in ("not run", "excerpt")) and not (
+                SQL_EDITION and b in c_only):
             if not chapters or chapters[-1][0] != b.chapter:
                 chapters.append((b.chapter, []))
             chapters[-1][1].append(b)
@@ -338,7 +354,7 @@ def main():
                            check=True)
         psql = Psql(db)
         for b in chapter_blocks:
-            what = "README line %d runs (%s, %s)" % (b.line, b.lang, chapter)
+            what = "%s line %d runs (%s, %s)" % (b.where, b.line, b.lang, chapter)
             if b.lang == "sql":
                 sql = b.text
                 if b.marker and b.marker[0] == "setup":
@@ -349,19 +365,24 @@ def main():
                     psql.p.kill()
                     psql = Psql(db)
             else:
-                status, out = run_shell(b.text, db, ports)
+                script = b.text
+                if b.marker and b.marker[0] == "setup":
+                    script = b.marker[1] + "\n" + script
+                status, out = run_shell(script, db, ports)
                 why = compare(b, out)
                 if why is None and status != 0:
                     why = "it exited with status %d" % status
             results.append((why is None, what, why and (why, out)))
         psql.close()
-    results.extend(check_reference(readme))
-    for path in ("README.md", "test/README.md", "src/README.md"):
-        full = os.path.join(ROOT, path)
-        if os.path.exists(full):
-            bad = check_links(full)
-            results.append((not bad, "every link of %s leads somewhere" % path,
-                            bad and ("links to nowhere: %s" % ", ".join(bad), "")))
+    # what does not depend on the edition: in the C edition's run only
+    if not SQL_EDITION:
+        results.extend(check_reference(readme, reference))
+        for path in ("README.md", "sql/README.md", "test/README.md", "src/README.md"):
+            full = os.path.join(ROOT, path)
+            if os.path.exists(full):
+                bad = check_links(full)
+                results.append((not bad, "every link of %s leads somewhere" % path,
+                                bad and ("links to nowhere: %s" % ", ".join(bad), "")))
     print("1..%d" % len(results))
     for k, (ok, what, why) in enumerate(results, 1):
         print("%sok %d - %s" % ("" if ok else "not ", k, what))
@@ -370,10 +391,16 @@ def main():
             print("# " + reason)
             for line in (out or "").split("\n")[-40:]:
                 print("#   " + line)
+    if SQL_EDITION:
+        for b in c_only:
+            print("# %s line %d (%s, %s): c-edition-only: %s" % (b.where, b.line, b.lang, b.chapter,
+                                                                 b.c_only))
     skipped = [b for b in blocks if b.lang in RUN and b.marker and b.marker[0] == "not run"]
-    print("# %d blocks ran, %d not run (marked), %d excerpts (excerpts.py)" % (
-        sum(1 for r in results if r[1].startswith("README line") and "runs" in r[1]),
-        len(skipped), sum(1 for b in blocks if b.marker and b.marker[0] == "excerpt")))
+    print("# %s: %d blocks ran, %d not run (marked), %d c-edition-only%s, %d excerpts (excerpts.py)" % (
+        "SQL edition" if SQL_EDITION else "C edition",
+        sum(1 for r in results if " line " in r[1] and " runs (" in r[1]),
+        len(skipped), len(c_only), " (not run)" if SQL_EDITION else " (run)",
+        sum(1 for b in blocks if b.marker and b.marker[0] == "excerpt")))
     return 0 if all(ok for ok, _, _ in results) else 1
 
 
