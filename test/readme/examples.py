@@ -7,12 +7,14 @@ against the cluster that PGHOST, PGPORT and PGUSER point at (test/readme/run
 starts a throwaway one, the library preloaded; with IDEM_EDITION=sql, one of
 the SQL edition, as a role that is no superuser):
 
-- Each chapter (a `## ` heading) gets a database of its own, created for it
-  with the extension (without it when one of the chapter's blocks runs
-  CREATE EXTENSION idempotency itself).  Its `sql` blocks run in order in
-  one psql session, so a transaction opened in one block goes on in the
-  next; its `sh` blocks run with bash (-e, pipefail) from the top of the
-  checkout, with PGDATABASE set to the chapter's database, each in a process
+- Each file runs top to bottom in one database, as a reader would: the
+  README in `shop`, which its own first shell lines create (with the
+  extension, in schema idem on the database's search_path); sql/README.md
+  in `reference`, created here with the extension.  The `sql` blocks of a
+  chapter (a `## ` heading) run in order in one psql session, opened at its
+  first `sql` block, so a transaction opened in one block goes on in the
+  next; `sh` blocks run with bash (-e, pipefail) from the top of the
+  checkout, with PGDATABASE set to the file's database, each in a process
   group of its own that is killed when the block ends (services it started
   in the background go with it).  The ports 8090 and 8091 of the examples
   are replaced by free ones.
@@ -27,12 +29,11 @@ the SQL edition, as a role that is no superuser):
       <!-- excerpt: PATH -->                   checked by excerpts.py instead
       <!-- output not compared: REASON -->     (before a text block) it runs,
                                                its output is not compared
-      <!-- setup: SQL -->                      (before a sql block) SQL runs
-                                               first, unseen by the reader
-                                               (before a sh block: shell)
       <!-- c-edition-only: REASON -->          not run against the SQL edition
                                                (IDEM_EDITION=sql); it may stand
                                                on the line above another marker
+  Nothing an example needs may be hidden: a `<!-- setup: ... -->` marker
+  fails the check (what an example needs is a block of its own).
   A block in another language (python, javascript) must be an excerpt or
   marked not run; a `text` block or a bare one (a signature, a diagram) is
   not run.
@@ -71,6 +72,8 @@ RUN = {"sql": "sql", "sh": "sh"}
 SQL_EDITION = os.environ.get("IDEM_EDITION", "c") == "sql"
 END = "@@idem-readme-example-end@@"
 TIMEOUT = 120
+README_DB = "shop"           # the database the README's first lines create
+REFERENCE_DB = "reference"   # sql/README.md's, made with the extension
 
 
 class Block:
@@ -334,46 +337,48 @@ def main():
             results.append((False, "%s line %d: a %s block is run, an excerpt, or marked" % (
                 b.where, b.line, b.lang), "an example in %s that is neither an excerpt of tested code nor "
                 "marked <!-- not run: REASON -->" % b.lang))
-    chapters = []
     c_only = [b for b in blocks if b.lang in RUN and b.c_only is not None
               and not (b.marker and b.marker[0] in ("not run", "excerpt"))]
     for b in blocks:
-        if b.lang in RUN and not (b.marker and b.marker[0] in ("not run", "excerpt")) and not (
-                SQL_EDITION and b in c_only):
-            if not chapters or chapters[-1][0] != b.chapter:
-                chapters.append((b.chapter, []))
-            chapters[-1][1].append(b)
-    for n, (chapter, chapter_blocks) in enumerate(chapters, 1):
-        db = "readme_%02d_%s" % (n, re.sub(r"[^a-z0-9]+", "_", chapter.lower()).strip("_")[:40])
-        creates = any(re.search(r"(?mi)^\s*CREATE EXTENSION (IF NOT EXISTS )?idempotency\b", b.text)
-                      for b in chapter_blocks if b.lang == "sql")
-        subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", 'CREATE DATABASE "%s"' % db],
-                       check=True)
-        if not creates:
+        if b.marker and b.marker[0] == "setup":
+            results.append((False, "%s line %d: no setup hidden from the reader" % (b.where, b.line),
+                            "<!-- setup: --> hides what the example needs: show it in a block"))
+    # one database per file, top to bottom: the README's is the one its own
+    # first lines create (shop); the reference's is made here, with the
+    # extension
+    for where, db, made_here in (("README", README_DB, False), ("sql/README.md", REFERENCE_DB, True)):
+        runs = [b for b in blocks if b.where == where and b.lang in RUN
+                and not (b.marker and b.marker[0] in ("not run", "excerpt", "setup"))
+                and not (SQL_EDITION and b in c_only)]
+        if made_here and runs:
+            subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", 'CREATE DATABASE "%s"' % db],
+                           check=True)
             subprocess.run(["psql", "-X", "-q", "-d", db, "-c", "CREATE EXTENSION idempotency"],
                            check=True)
-        psql = Psql(db)
-        for b in chapter_blocks:
+        psql, chapter = None, None
+        for b in runs:
+            # a session per chapter, opened at its first SQL block (after the
+            # shell lines that create the database and set its search_path)
+            if b.chapter != chapter and psql:
+                psql.close()
+                psql = None
+            chapter = b.chapter
             what = "%s line %d runs (%s, %s)" % (b.where, b.line, b.lang, chapter)
             if b.lang == "sql":
-                sql = b.text
-                if b.marker and b.marker[0] == "setup":
-                    sql = b.marker[1] + "\n" + sql
-                out = psql.run(sql)
+                psql = psql or Psql(db)
+                out = psql.run(b.text)
                 why = "no answer within %d s" % TIMEOUT if out is None else compare(b, out)
                 if out is None:   # a session stuck in a wait: start again
                     psql.p.kill()
-                    psql = Psql(db)
+                    psql = None
             else:
-                script = b.text
-                if b.marker and b.marker[0] == "setup":
-                    script = b.marker[1] + "\n" + script
-                status, out = run_shell(script, db, ports)
+                status, out = run_shell(b.text, db, ports)
                 why = compare(b, out)
                 if why is None and status != 0:
                     why = "it exited with status %d" % status
             results.append((why is None, what, why and (why, out)))
-        psql.close()
+        if psql:
+            psql.close()
     # what does not depend on the edition: in the C edition's run only
     if not SQL_EDITION:
         results.extend(check_reference(readme, reference))
