@@ -306,14 +306,17 @@ def check_reference(readme, reference_path):
         if f.endswith(".c"):
             raised.update(re.findall(r"errcode\((ERRCODE_\w+)\)",
                                      open(os.path.join(ROOT, "src", f), encoding="utf-8").read()))
-    # the Errors table, and Troubleshooting for the purge worker's log lines
+    # the README's Errors and Troubleshooting, and the reference's Errors in
+    # full with the purge worker's log lines
     text = open(readme, encoding="utf-8").read()
     errors = "".join(text[text.find(h):] for h in ("### Errors", "### Troubleshooting") if h in text)
+    errors += "".join(reference[reference.find(h):] for h in (
+        "## Errors in full", "#### The purge worker's log lines") if h in reference)
     unknown = sorted(n for n in raised if n not in codes)
     missing = sorted("%s (%s)" % (codes[n], n) for n in raised if n in codes
                      and "`%s`" % codes[n] not in errors)
     results.append((not missing and not unknown and bool(raised),
-                    "the Errors table and Troubleshooting name every SQLSTATE the C code raises (%d)" % len(raised),
+                    "the Errors (README and sql/README.md) name every SQLSTATE the C code raises (%d)" % len(raised),
                     (missing or unknown) and ("missing: %s" % ", ".join(missing + unknown), "")))
     return results
 
