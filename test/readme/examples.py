@@ -10,7 +10,7 @@ the SQL edition, as a role that is no superuser):
 - Each file runs top to bottom in one database, as a reader would: the
   README in `shop`, which its own first shell lines create (with the
   extension, in schema idem on the database's search_path); sql/README.md
-  in `reference`, created here with the extension.  The `sql` blocks of a
+  in `reference`, created here the same way.  The `sql` blocks of a
   chapter (a `## ` heading) run in order in one psql session, opened at its
   first `sql` block, so a transaction opened in one block goes on in the
   next; `sh` blocks run with bash (-e, pipefail) from the top of the
@@ -356,7 +356,11 @@ def main():
         if made_here and runs:
             subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", 'CREATE DATABASE "%s"' % db],
                            check=True)
-            subprocess.run(["psql", "-X", "-q", "-d", db, "-c", "CREATE EXTENSION idempotency"],
+            # as the README's Install makes shop: the schema idem on the
+            # database's search_path
+            subprocess.run(["psql", "-X", "-q", "-d", db, "-c", "CREATE SCHEMA idem",
+                            "-c", "CREATE EXTENSION idempotency SCHEMA idem",
+                            "-c", 'ALTER DATABASE "%s" SET search_path = "$user", public, idem' % db],
                            check=True)
         psql, chapter = None, None
         for b in runs:

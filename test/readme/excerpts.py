@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The README's excerpts of tested code are the tested code.
 
-A fenced block of README.md right after a line
+A fenced block of README.md (or of sql/README.md, the reference) right
+after a line
 
     <!-- excerpt: test/clients/python/service.py -->
 
@@ -94,15 +95,18 @@ def check(path, block):
 
 def main():
     readme = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "README.md")
-    found = list(excerpts(readme))
+    reference = os.path.join(os.path.dirname(os.path.abspath(readme)), "sql", "README.md")
+    found = [("README", *e) for e in excerpts(readme)]
+    if os.path.exists(reference):
+        found += [("sql/README.md", *e) for e in excerpts(reference)]
     print("1..%d" % max(1, len(found)))
     if not found:
         print("not ok 1 - %s has no excerpts" % readme)
         return 1
     failed = 0
-    for n, (line, path, block) in enumerate(found, 1):
+    for n, (where, line, path, block) in enumerate(found, 1):
         why = check(path, block)
-        print("%sok %d - README line %d is an excerpt of %s" % ("not " if why else "", n, line, path))
+        print("%sok %d - %s line %d is an excerpt of %s" % ("not " if why else "", n, where, line, path))
         if why:
             failed += 1
             print("# " + why)
