@@ -17,9 +17,9 @@ const { Client } = require('pg');
 const dsn = Object.fromEntries(process.env.IDEM_DSN.trim().split(/\s+/).map((kv) => kv.split(/=(.*)/s, 2)));
 const TOPIC = process.env.TOPIC || 'orders';
 const STEPS = [
-  ['OrderPlaced', "INSERT INTO orders (id, status) VALUES ($1, 'placed')"],
-  ['OrderPaid', "UPDATE orders SET status = 'paid' WHERE id = $1"],
-  ['OrderShipped', "UPDATE orders SET status = 'shipped' WHERE id = $1"],
+  ['OrderPlaced', "INSERT INTO order_status (id, status) VALUES ($1, 'placed')"],
+  ['OrderPaid', "UPDATE order_status SET status = 'paid' WHERE id = $1"],
+  ['OrderShipped', "UPDATE order_status SET status = 'shipped' WHERE id = $1"],
 ];
 
 async function main() {

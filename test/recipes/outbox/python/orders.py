@@ -20,9 +20,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 TOPIC = os.environ.get("TOPIC", "orders")
-STEPS = [("OrderPlaced", "INSERT INTO orders (id, status) VALUES (%s, 'placed')"),
-         ("OrderPaid", "UPDATE orders SET status = 'paid' WHERE id = %s"),
-         ("OrderShipped", "UPDATE orders SET status = 'shipped' WHERE id = %s")]
+STEPS = [("OrderPlaced", "INSERT INTO order_status (id, status) VALUES (%s, 'placed')"),
+         ("OrderPaid", "UPDATE order_status SET status = 'paid' WHERE id = %s"),
+         ("OrderShipped", "UPDATE order_status SET status = 'shipped' WHERE id = %s")]
 
 db = psycopg.connect(os.environ["IDEM_DSN"], autocommit=True, prepare_threshold=None)
 ids = [f"o-{i}" for i in range(int(sys.argv[1]), int(sys.argv[2]) + 1)]

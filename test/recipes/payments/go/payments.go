@@ -98,7 +98,7 @@ func save(ctx context.Context, p *payment, finish string, args ...interface{}) e
 		if _, err := tx.Exec(ctx, finish, args...); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO payments (key, charge_id, amount) VALUES ($1, $2, $3)",
+		_, err := tx.Exec(ctx, "INSERT INTO charges (key, charge_id, amount) VALUES ($1, $2, $3)",
 			p.PaymentID, p.ChargeID, p.Amount)
 		return err
 	})

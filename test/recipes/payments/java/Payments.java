@@ -96,7 +96,7 @@ public class Payments {
         db.setAutoCommit(false);
         try {
             exec(db, finish, params);
-            exec(db, "INSERT INTO payments (key, charge_id, amount) VALUES (?, ?, ?)",
+            exec(db, "INSERT INTO charges (key, charge_id, amount) VALUES (?, ?, ?)",
                  p.get("payment_id").asText(), p.get("charge_id").asText(), p.get("amount").asInt());
             db.commit();
         } catch (SQLException e) {

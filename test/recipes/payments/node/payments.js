@@ -79,7 +79,7 @@ async function pay(key, body) {
     const result = { payment_id: key, charge_id: charge.charge_id, amount: charge.amount };
     await transaction(async (db) => { // the saved answer and the payment row commit together
       await db.query("SELECT idem_complete($1, $2, $3::jsonb, 201, scope => 'payments')", [key, c.token, result]);
-      await db.query('INSERT INTO payments (key, charge_id, amount) VALUES ($1, $2, $3)',
+      await db.query('INSERT INTO charges (key, charge_id, amount) VALUES ($1, $2, $3)',
         [key, charge.charge_id, charge.amount]);
     });
     return [201, result];
@@ -114,7 +114,7 @@ async function reconcile() {
       if (charge) { // it happened: save the answer, and it
         const result = { payment_id: key, charge_id: charge.charge_id, amount: charge.amount };
         await db.query("SELECT idem_resolve($1, 'succeeded', $2::jsonb, 201, 'payments')", [key, result]);
-        await db.query('INSERT INTO payments (key, charge_id, amount) VALUES ($1, $2, $3)',
+        await db.query('INSERT INTO charges (key, charge_id, amount) VALUES ($1, $2, $3)',
           [key, charge.charge_id, charge.amount]);
       } else { // it did not: the client's retry charges
         await db.query(`SELECT idem_resolve($1, 'failed', '{"error": "no charge"}', scope => 'payments',

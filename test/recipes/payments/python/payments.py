@@ -93,7 +93,7 @@ def pay(key, body):
             with conn.transaction():    # the saved answer and the payment row commit together
                 conn.execute("SELECT idem_complete(%s, %s, %s, 201, scope => 'payments')",
                              (key, token, Jsonb(result)))
-                conn.execute("INSERT INTO payments (key, charge_id, amount) VALUES (%s, %s, %s)",
+                conn.execute("INSERT INTO charges (key, charge_id, amount) VALUES (%s, %s, %s)",
                              (key, charge["charge_id"], charge["amount"]))
             return 201, result, False
         if status is not None and 400 <= status < 500 and status != 429:
@@ -127,7 +127,7 @@ def reconcile():
                 if charge := charge_of(status, answer):   # it happened: save the answer, and it
                     result = {"payment_id": key, "charge_id": charge["charge_id"], "amount": charge["amount"]}
                     conn.execute("SELECT idem_resolve(%s, 'succeeded', %s, 201, 'payments')", (key, Jsonb(result)))
-                    conn.execute("INSERT INTO payments (key, charge_id, amount) VALUES (%s, %s, %s)",
+                    conn.execute("INSERT INTO charges (key, charge_id, amount) VALUES (%s, %s, %s)",
                                  (key, charge["charge_id"], charge["amount"]))
                 elif status == 404:         # it did not: the client's retry charges
                     conn.execute("SELECT idem_resolve(%s, 'failed', '{\"error\": \"no charge\"}',"
