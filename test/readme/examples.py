@@ -16,7 +16,7 @@ the SQL edition, as a role that is no superuser):
   next; `sh` blocks run with bash (-e, pipefail) from the top of the
   checkout, with PGDATABASE set to the file's database, each in a process
   group of its own that is killed when the block ends (services it started
-  in the background go with it).  The ports 8090 and 8091 of the examples
+  in the background go with it).  The ports 8090 to 8092 of the examples
   are replaced by free ones.
 - A `text` block right after a block that runs is what that block prints:
   its lines must appear, in that order and one after the other, in the
@@ -325,7 +325,7 @@ def main():
     readme = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "README.md")
     reference = os.path.join(os.path.dirname(os.path.abspath(readme)), "sql", "README.md")
     blocks = parse(readme) + (parse(reference, "sql/README.md") if os.path.exists(reference) else [])
-    ports = {8090: free_port(), 8091: free_port()}
+    ports = {8090: free_port(), 8091: free_port(), 8092: free_port()}
     results = []     # (ok, description, why)
     for b in blocks:
         if b.lang in RUN and b.marker and b.marker[0] == "not run" and not b.marker[1]:
