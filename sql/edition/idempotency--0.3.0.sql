@@ -7523,12 +7523,14 @@ $$;
  * a job as the role that scheduled it).  Calling idem_schedule_purge again
  * changes the job's schedule.  pg_cron lives in one database of the cluster
  * (cron.database_name); from any other one these fail with the statement to
- * run there instead.
+ * run there instead.  A run is one transaction (pg_cron's), so it deletes at
+ * most max_batches batches (10 by default, as the purge worker's run) and
+ * never holds a long backlog's rows locked at once; the next minute goes on.
  */
 CREATE FUNCTION @extschema@.idem_schedule_purge(
     schedule text DEFAULT '* * * * *',
     batch_size integer DEFAULT 10000,
-    max_batches integer DEFAULT NULL)
+    max_batches integer DEFAULT 10)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
