@@ -153,6 +153,20 @@ sub stop_service
 	return;
 }
 
+# accepting(NODE): waits until NODE's PostgreSQL, started by its keeper,
+# accepts connections (pg_isready, which does not fail as a psql whose
+# server is not up yet can: before reading its input), 180 s at most.
+sub accepting
+{
+	my ($n) = @_;
+	for (1 .. 1800)
+	{
+		return 1 if system('pg_isready', '-q', '-h', $n->host, '-p', $n->port) == 0;
+		sleep(0.1);
+	}
+	return 0;
+}
+
 my $monitor = PostgreSQL::Test::Cluster->new('monitor');
 my @nodes = map { PostgreSQL::Test::Cluster->new("node$_") } 1 .. 3;
 my %node = map { $_->name => $_ } @nodes;
@@ -196,7 +210,7 @@ my @common = ('--pgctl', "$pg_bindir/pg_ctl", '--hostname', '127.0.0.1', '--list
 		'--pgport', $monitor->port, @common);
 }
 start_service('monitor');
-$monitor->poll_query_until('pg_auto_failover', 'SELECT true') or die 'the monitor did not start';
+accepting($monitor) or die 'the monitor did not start';
 my ($monitor_uri) = autoctl_ok('pg_autoctl show uri', 'show', 'uri', '--pgdata', $pgdata{monitor})
   =~ /monitor \| (postgres:\S+)/;
 die 'no monitor URI in pg_autoctl show uri' unless defined $monitor_uri;
@@ -214,7 +228,7 @@ for my $n (@nodes)
 	autoctl_ok("pg_autoctl create postgres $name", 'create', 'postgres', '--pgdata', $pgdata{$name},
 		'--pgport', $n->port, '--pghost', $n->host, '--name', $name, '--monitor', $monitor_uri, @common);
 	start_service($name);
-	$n->poll_query_until('postgres', 'SELECT true') or die "$name did not start";
+	accepting($n) or die "$name did not start";
 }
 my $formation_ready = q{
 	SELECT count(*) FILTER (WHERE nodename = 'node1' AND reportedstate = 'primary' AND goalstate = 'primary') = 1
@@ -255,7 +269,7 @@ my ($hostports, $params) = $uri =~ m{^postgres(?:ql)?://([^/\s]+)/\w*\?(\S+)}m
   or die "no formation URI in: $uri";
 my @hp = map { [ split /:/ ] } split /,/, $hostports;
 my $formation_dsn = 'host=' . join(',', map { $_->[0] } @hp) . ' port=' . join(',', map { $_->[1] } @hp)
-  . join('', map { ' ' . join('=', split /=/, $_, 2) } split /&/, $params);
+  . join('', map { " $_" } split /&/, $params);
 like($formation_dsn, qr/^host=127\.0\.0\.1,127\.0\.0\.1,127\.0\.0\.1 port=\d+,\d+,\d+ .*target_session_attrs=read-write/,
 	"the formation's URI as a connection string: $formation_dsn");
 my $shard1_dsn = 'host=' . $shard1->host . ' port=' . $shard1->port;
@@ -302,7 +316,11 @@ my $new = $node{$promoted};
 my $writable;
 while (time - $killed_at < 180)
 {
-	last if $new->safe_psql('postgres', q{SELECT NOT pg_is_in_recovery() AND NOT current_setting('transaction_read_only')::bool}) eq 't';
+	my ($rc, $writes) = eval {
+		$new->psql('postgres',
+			q{SELECT NOT pg_is_in_recovery() AND NOT current_setting('transaction_read_only')::bool});
+	};
+	last if defined $rc && $rc == 0 && $writes eq 't';
 	sleep(0.2);
 }
 $writable = time - $killed_at;
@@ -330,6 +348,7 @@ my $tenants = $proxy->safe_psql('jepsen', qq{
 	SELECT string_agg(n::text, ',') FROM generate_series(0, 63) n
 	 WHERE idem_router_partition('jepsen-' || n) IN
 	       (SELECT partition FROM idem_router_partitions() WHERE connstr = '$formation_connstr')});
+die "no tenant of the checker on shard 0 ($formation_connstr)" if $tenants eq '';
 my $acked = $proxy->safe_psql('jepsen', qq{
 	COPY (SELECT DISTINCT kind, intent, result FROM merged.jepsen_history
 	       WHERE kind IN ('A', 'R') AND client >= 0 AND intent % 64 IN ($tenants))
