@@ -9,7 +9,7 @@ IDEM_HOST_PG_MAJOR=15
 # idem_packages MAJOR: the Debian packages the build and the tests need.
 idem_packages() {
     echo "make gcc postgresql-$1 postgresql-server-dev-$1 postgresql-$1-repack" \
-        "postgresql-$1-pgtap postgresql-$1-plproxy postgresql-$1-cron libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
+        "postgresql-$1-pgtap postgresql-$1-plproxy postgresql-$1-cron postgresql-$1-auto-failover libtap-parser-sourcehandler-pgtap-perl libipc-run-perl" \
         "pgbouncer python3 python3-psycopg rabbitmq-server python3-pika curl"
 }
 IDEM_PACKAGES=$(idem_packages "$IDEM_PG_MAJOR")
