@@ -209,7 +209,9 @@ CHECKS = [
 SHARD_SETUP = """
 CREATE EXTENSION idempotency;
 -- scope: the routing column, by which a partition's rows are moved
--- (test/shard/move_partition.py --table jepsen_business:scope).
+-- (idem_move_partition --table jepsen_business:scope).  No key (P1 looks
+-- for a second row of an intent): the online move finds its rows by all
+-- their values, which REPLICA IDENTITY FULL logs.
 CREATE TABLE jepsen_business (
     scope  text   NOT NULL,
     intent bigint NOT NULL,
@@ -217,6 +219,7 @@ CREATE TABLE jepsen_business (
     amount int    NOT NULL,
     by     text   NOT NULL
 );
+ALTER TABLE jepsen_business REPLICA IDENTITY FULL;
 CREATE SCHEMA jepsen;
 -- One transaction: claim, then the business row and the completion (or a
 -- retryable failure, or an abandon that rolls the claim back), committed
@@ -903,7 +906,7 @@ def killer_main(args, stop, counts):
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND backend_type = 'client backend'"
                     "   AND pid <> pg_backend_pid() AND application_name <> 'jepsen-killer'"
-                    # an operator's partition move (test/shard/move_partition.py) is
+                    # an operator's partition move (idem_move_partition) is
                     # not a client: its copy would fail, not its ambiguity be tested
                     "   AND application_name <> 'idem-move'"
                     " ORDER BY state = 'active' DESC, random() LIMIT 1").fetchone()
