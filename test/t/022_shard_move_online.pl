@@ -205,6 +205,11 @@ my $h;
 }
 $h->pump until $moved =~ /paused at copy/;
 pass('the move paused in its copy, after the records');
+# The mover's advisory lock is of a class of its own: the extension's
+# (7457 to 7460) are taken by claims, grants and emits.
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	WHERE l.locktype = 'advisory' AND a.application_name = 'idem-move' AND l.classid BETWEEN 7457 AND 7460}),
+	'0', 'the mover holds no advisory lock of the extension\'s classes');
 
 # A writer through the proxy while the partition is copied: no 40001.
 my ($o, $e) = ('', '');
