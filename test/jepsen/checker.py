@@ -489,7 +489,7 @@ class Client:
 
     def run(self, deadline):
         a, rnd = self.a, self.rnd
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (a.stop_file and os.path.exists(a.stop_file)):
             ticket = self.shared.ticket(a.requests)
             if ticket is None:
                 break
@@ -1044,6 +1044,8 @@ def parse():
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--requests", type=int, default=10**9, help="stop after this many requests")
     p.add_argument("--duration", type=float, default=25, help="stop after this many seconds")
+    p.add_argument("--stop-file", default=None,
+                   help="stop sending requests, too, once this file exists (test/bench/move)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--window", type=int, default=600, help="intents in play at a time")
     p.add_argument("--dup", type=int, default=3, help="requests per intent on average")
