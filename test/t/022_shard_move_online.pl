@@ -46,7 +46,8 @@ for my $i (0 .. 1)
 		CREATE SCHEMA shop;
 		CREATE TABLE shop.orders (scope text, id int, amount int, note text, PRIMARY KEY (scope, id));
 		CREATE TABLE shop.lines (scope text, item text, qty int);
-		ALTER TABLE shop.lines REPLICA IDENTITY FULL});
+		ALTER TABLE shop.lines REPLICA IDENTITY FULL;
+		CREATE TABLE shop.tags (id int PRIMARY KEY, scope text, tag text)});
 	push @shards, $node;
 }
 my @dsn = map { 'host=' . $_->host . ' port=' . $_->port . ' dbname=app' } @shards;
@@ -61,7 +62,7 @@ $proxy->safe_psql('app', qq{
 	CREATE USER MAPPING FOR PUBLIC SERVER idempotency;
 });
 my @proxy_args = ('--proxy', 'host=' . $proxy->host . ' port=' . $proxy->port . ' dbname=app');
-my @tables = ('--table', 'shop.orders:scope', '--table', 'shop.lines:scope');
+my @tables = ('--table', 'shop.orders:scope', '--table', 'shop.lines:scope', '--table', 'shop.tags:scope');
 
 sub scope_in
 {
@@ -89,7 +90,7 @@ sub move
 # The partition's rows of every table, as text, in one order: what the
 # target must hold after a move is what the source held at its freeze.
 my %routing = (idempotency_records => 'scope', idem_inbox => 'consumer', idem_inbox_streams => 'consumer',
-	idem_outbox => 'scope', 'shop.orders' => 'scope', 'shop.lines' => 'scope');
+	idem_outbox => 'scope', 'shop.orders' => 'scope', 'shop.lines' => 'scope', 'shop.tags' => 'scope');
 sub rows_of
 {
 	my ($node, $partition) = @_;
@@ -168,6 +169,7 @@ $shards[1]->safe_psql('app', qq{
 	INSERT INTO shop.lines SELECT '$a', 'x', 1 FROM generate_series(1, 3);
 	INSERT INTO shop.lines SELECT '$a', 'i' || i, i FROM generate_series(1, 10) i;
 	INSERT INTO shop.lines VALUES ('$b', 'z', 1);
+	INSERT INTO shop.tags SELECT i, CASE WHEN i <= 5 THEN '$a' ELSE '$b' END, 't' || i FROM generate_series(1, 10) i;
 });
 my %token = map { $_ => $shards[1]->safe_psql('app', "SELECT token FROM idem_claim('$_', '\\x01', '1h', '$a')") }
   qw(p1 p2 p3 p4 p5);
@@ -246,6 +248,14 @@ $shards[1]->safe_psql('app', qq{
 	DELETE FROM shop.lines WHERE ctid = (SELECT ctid FROM shop.lines WHERE scope = '$a' AND item = 'x' AND qty = 1 LIMIT 1);
 	DELETE FROM shop.lines WHERE scope = '$a' AND item = 'i3';
 	INSERT INTO shop.orders VALUES ('$b', 6, 6, 'b');
+	-- rows that change tenant, in and out of the partition: by a key that
+	-- holds the routing column, and by one that does not
+	UPDATE shop.orders SET scope = '$b', id = 100 WHERE scope = '$a' AND id = 4;
+	UPDATE shop.orders SET scope = '$a', id = 101 WHERE scope = '$b' AND id = 1;
+	UPDATE shop.tags SET scope = '$b' WHERE id = 1;
+	UPDATE shop.tags SET scope = '$a' WHERE id = 6;
+	UPDATE shop.tags SET tag = 'x' WHERE id IN (2, 7);
+	DELETE FROM shop.tags WHERE id IN (3, 8);
 });
 resume('copy');
 $h->pump until $moved =~ /paused at catch-up/;
