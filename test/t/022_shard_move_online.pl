@@ -136,6 +136,13 @@ is($shards[1]->safe_psql('app', q{SELECT to_regnamespace('idem_move') IS NULL})
 	  . $shards[0]->safe_psql('app', q{SELECT to_regnamespace('idem_move') IS NULL}), 'tt',
 	'... before anything is changed on either shard');
 $shards[1]->safe_psql('app', 'ALTER SYSTEM RESET wal_level');
+$shards[1]->safe_psql('app', 'ALTER SYSTEM SET max_replication_slots = 0');
+$shards[1]->restart;
+($rc, $out) = move(partition => 1, to => $dsn[0]);
+like($out, qr/error: the source shard has no free replication slot \(max_replication_slots = 0, 0 in use\)\n.*HINT: Raise max_replication_slots/s,
+	'a source without a free replication slot is refused, with a hint');
+is($shards[1]->safe_psql('app', q{SELECT to_regnamespace('idem_move') IS NULL}), 't', '... before anything is changed');
+$shards[1]->safe_psql('app', 'ALTER SYSTEM RESET max_replication_slots');
 $shards[1]->restart;
 
 # Partition 1's data on shard 1, of every kind; and some of partition 3.
