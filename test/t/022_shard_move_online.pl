@@ -13,6 +13,7 @@
 #     holds the partition meanwhile (a write there gets 40001, its relay and
 #     its purge skip the partition's rows); after the move every table's
 #     rows of the partition on the target are the source's, exactly;
+#   - the shards print dates differently (DateStyle, TimeZone);
 #   - failures injected mid-copy, mid-catch-up, after the freeze (an error:
 #     the move undoes itself) and after the freeze as a crash, each followed
 #     by a run that ends right, while writes go on between them.
@@ -42,6 +43,11 @@ for my $i (0 .. 1)
 	$node->append_conf('postgresql.conf', c_edition_conf("shared_preload_libraries = 'idempotency'\n"));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE DATABASE app');
+	# Servers that print dates each their own way: values pass between them
+	# as text (COPY, the slot's changes) and must come out the same.
+	$node->safe_psql('postgres', $i == 0
+		? q{ALTER DATABASE app SET DateStyle = 'Postgres, MDY'; ALTER DATABASE app SET TimeZone = 'America/New_York'}
+		: q{ALTER DATABASE app SET DateStyle = 'SQL, DMY'; ALTER DATABASE app SET TimeZone = 'Asia/Tokyo'});
 	$node->safe_psql('app', q{CREATE EXTENSION idempotency;
 		CREATE SCHEMA shop;
 		CREATE TABLE shop.orders (scope text, id int, amount int, note text, PRIMARY KEY (scope, id));
@@ -96,7 +102,8 @@ sub rows_of
 	my ($node, $partition) = @_;
 	return join("\n", map {
 		"$_: " . $node->safe_psql('app',
-			"SELECT count(*) || E'\\n' || coalesce(string_agg(x::text, E'\\n' ORDER BY x::text), '')
+			"SET DateStyle = ISO; SET TimeZone = UTC;
+			 SELECT count(*) || E'\\n' || coalesce(string_agg(x::text, E'\\n' ORDER BY x::text), '')
 			   FROM $_ x WHERE (idem_route_hash($routing{$_}) & 3) = $partition")
 	} sort keys %routing);
 }
