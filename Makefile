@@ -27,6 +27,10 @@ UPGRADE_CHAIN = sql/$(MAIN)--0.1.0.sql sql/$(MAIN)--0.1.0--0.2.0.sql \
 DATA = $(UPGRADE_CHAIN) sql/$(ROUTER)--$(ROUTER_VERSION).sql
 DATA_built = sql/$(MAIN)--$(EXTVERSION).sql
 
+# The operator's tools (src/tools/README.md), installed into the server's
+# bindir (pg_config --bindir) by their file name.
+SCRIPTS = src/tools/idem_move_partition
+
 # Tests are found by wildcard: adding a file is enough.
 #   sql/*.sql + expected/*.out          pg_regress (the SQL surface and errors;
 #                                       not the extensions' scripts)
@@ -76,6 +80,13 @@ src/.build_id: FORCE
 	@[ -f $@ ] && [ "$$(cat $@)" = '$(IDEM_BUILD_ID)' ] || echo '$(IDEM_BUILD_ID)' > $@
 .PHONY: FORCE
 FORCE:
+
+# PGXS's uninstall removes $(bindir)/$(SCRIPTS), path and all: the tools are
+# installed by their file name.
+uninstall: uninstall-tools
+.PHONY: uninstall-tools
+uninstall-tools:
+	rm -f $(addprefix '$(DESTDIR)$(bindir)'/, $(notdir $(SCRIPTS)))
 
 # The pg_regress and isolation suites under valgrind memcheck (slow: about
 # 12 minutes on 2 cores; not part of test/run).

@@ -209,7 +209,9 @@ CHECKS = [
 SHARD_SETUP = """
 CREATE EXTENSION idempotency;
 -- scope: the routing column, by which a partition's rows are moved
--- (test/shard/move_partition.py --table jepsen_business:scope).
+-- (idem_move_partition --table jepsen_business:scope).  No key (P1 looks
+-- for a second row of an intent): the online move finds its rows by all
+-- their values, which REPLICA IDENTITY FULL logs.
 CREATE TABLE jepsen_business (
     scope  text   NOT NULL,
     intent bigint NOT NULL,
@@ -217,6 +219,7 @@ CREATE TABLE jepsen_business (
     amount int    NOT NULL,
     by     text   NOT NULL
 );
+ALTER TABLE jepsen_business REPLICA IDENTITY FULL;
 CREATE SCHEMA jepsen;
 -- One transaction: claim, then the business row and the completion (or a
 -- retryable failure, or an abandon that rolls the claim back), committed
@@ -486,7 +489,7 @@ class Client:
 
     def run(self, deadline):
         a, rnd = self.a, self.rnd
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (a.stop_file and os.path.exists(a.stop_file)):
             ticket = self.shared.ticket(a.requests)
             if ticket is None:
                 break
@@ -903,7 +906,7 @@ def killer_main(args, stop, counts):
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE datname = current_database() AND backend_type = 'client backend'"
                     "   AND pid <> pg_backend_pid() AND application_name <> 'jepsen-killer'"
-                    # an operator's partition move (test/shard/move_partition.py) is
+                    # an operator's partition move (idem_move_partition) is
                     # not a client: its copy would fail, not its ambiguity be tested
                     "   AND application_name <> 'idem-move'"
                     " ORDER BY state = 'active' DESC, random() LIMIT 1").fetchone()
@@ -1041,6 +1044,8 @@ def parse():
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--requests", type=int, default=10**9, help="stop after this many requests")
     p.add_argument("--duration", type=float, default=25, help="stop after this many seconds")
+    p.add_argument("--stop-file", default=None,
+                   help="stop sending requests, too, once this file exists (test/bench/move)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--window", type=int, default=600, help="intents in play at a time")
     p.add_argument("--dup", type=int, default=3, help="requests per intent on average")

@@ -1,8 +1,9 @@
 # Scale-out under load (issue 16): the Jepsen-style checker runs through a
 # PL/Proxy proxy to four shards (16 partitions) while
-#   - a partition moves from shard 1 to shard 2 (test/shard/move_partition.py:
-#     frozen on the source with a retryable SQLSTATE, copied, the proxy's map
-#     switched), and
+#   - a partition moves from shard 1 to shard 2 (idem_move_partition, the
+#     installed src/tools/idem_move_partition: copied while its writes go on,
+#     caught up from a logical replication slot, frozen with a retryable
+#     SQLSTATE for the last catch-up and the switch of the proxy's map), and
 #   - shard 0, which runs with a synchronous standby, fails: its primary stops
 #     (immediate) and the standby is promoted; the proxy reaches it through
 #     the multi-host connection string of the map (target_session_attrs=
@@ -28,8 +29,9 @@
 # fifth shard, a new node (--new-shard), which a shard of the map spelled
 # differently cannot pass for, and its calls land there.
 #
-# Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker and the
-# move script, and python3-psycopg.
+# Needs the checkout (IDEM_CHECKOUT, set by test/run) for the checker, the
+# mover installed by make install (test/t/IdemMove.pm), and python3-psycopg.
+# The shards run with wal_level = logical, which the online move needs.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -38,6 +40,7 @@ use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdemEdition;
+use IdemMove;
 use IPC::Run;
 use Time::HiRes qw(time sleep);
 
@@ -45,7 +48,7 @@ my $checkout = $ENV{IDEM_CHECKOUT};
 die "IDEM_CHECKOUT must name the checkout (test/run sets it)"
   unless defined $checkout && -f "$checkout/test/jepsen/checker.py";
 my $checker = "$checkout/test/jepsen/checker.py";
-my $mover = "$checkout/test/shard/move_partition.py";
+my $mover = idem_mover();
 my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
 my $nshards = 4;
 
@@ -53,7 +56,7 @@ my @shards;
 for my $i (0 .. $nshards - 1)
 {
 	my $node = PostgreSQL::Test::Cluster->new("shard$i");
-	$node->init(allows_streaming => $i == 0);
+	$node->init(allows_streaming => 'logical');
 	$node->append_conf('postgresql.conf',
 		c_edition_conf("shared_preload_libraries = 'idempotency'\n") . "max_connections = 60\n");
 	$node->start;
@@ -106,16 +109,17 @@ my %map = map { split /\|/ } split /\n/,
 my $partition = 1;
 my $moved = '';
 my $t0 = time;
-IPC::Run::run([ $python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', $partition,
+IPC::Run::run([ $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', $partition,
 		'--to', $map{2}, '--table', 'jepsen_business:scope' ],
 	'>', \$moved, '2>&1');
 note($moved);
 like($moved, qr/partition 1 of 16 moved: .*idempotency_records" \d+.*; freeze window \d+ ms/,
 	'a partition moved from shard 1 to shard 2 while the checker ran');
 my ($window) = $moved =~ /freeze window (\d+) ms/;
-note("freeze window: $window ms");
-my ($copied_records) = $moved =~ /idempotency_records" (\d+)/;
-my ($copied_business) = $moved =~ /jepsen_business" (\d+)/;
+my ($caught) = $moved =~ /caught up \(inserted, updated, deleted\): (.*)/;
+note("freeze window: $window ms; changes caught up from the slot: " . ($caught // 'none'));
+my ($copied_records) = $moved =~ /moved: .*idempotency_records" (\d+)/;
+my ($copied_business) = $moved =~ /moved: .*jepsen_business" (\d+)/;
 cmp_ok($copied_records // 0, '>', 0, "... copying the partition's records written under load ($copied_records)");
 cmp_ok($copied_business // 0, '>', 0, "... and its business rows ($copied_business)");
 is($proxy->safe_psql('jepsen', "SELECT connstr FROM idem_router_partitions() WHERE partition = $partition"),
@@ -193,7 +197,7 @@ is($shards[1]->safe_psql('jepsen',
 		q{SELECT string_agg(aggregateid || ' ' || status, ', ' ORDER BY seq) FROM idem_outbox WHERE aggregatetype = 'move'}),
 	'published published, dead dead, held in_flight, lapsing in_flight, pending pending',
 	'before the move, the partition\'s outbox on shard 1: a message in every status');
-IPC::Run::run([ $python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 5,
+IPC::Run::run([ $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 5,
 		'--to', $map{3} ], '>', \$moved, '2>&1');
 like($moved, qr/partition 5 of 16 moved/, 'a partition with an owned key moved to shard 3');
 my ($o, $e) = ('', '');
@@ -284,7 +288,7 @@ IPC::Run::run([ 'pg_dump', '--schema-only', '--no-owner', '-d', $map{3} ], '>', 
 $shard4->safe_psql('postgres', 'CREATE DATABASE jepsen');
 $shard4->safe_psql('jepsen', $dump);
 my $new_dsn = 'host=' . $shard4->host . ' port=' . $shard4->port . ' user=postgres dbname=jepsen';
-my @move3 = ($python, $mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 3,
+my @move3 = ($mover, '--proxy', "$proxy_dsn dbname=jepsen", '--partition', 3,
 	'--table', 'jepsen_business:scope');
 IPC::Run::run([ @move3, '--to', $new_dsn ], '>', \$moved, '2>&1');
 like($moved, qr/is not a shard of the map .*--new-shard/,

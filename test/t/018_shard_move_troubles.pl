@@ -1,17 +1,19 @@
-# The partition mover's troubles (test/shard/move_partition.py, README
+# The partition mover's troubles (idem_move_partition, sql/README.md
 # "Moving a partition"), without load: two shards, four partitions, two
 # proxies.  Every proxy named is switched before the source is cleaned up,
-# so a read through either finds the moved keys.  A freeze blocked by an
+# so a read through either finds the moved keys.  An idle transaction that
+# holds an xid keeps the slot from being created: the move gives up after
+# --slot-timeout, naming it, with nothing left.  A freeze blocked by an
 # idle transaction's lock stalls other writers of the source for at most
-# its lock timeout, and gives up cleanly (no fence left) or succeeds once
-# the blocker ends.  Business tables are copied column by name, and a target
+# its lock timeout, and gives up cleanly (no fence left, the copy undone)
+# or succeeds once the blocker ends.  Business tables are copied column by name, and a target
 # that lacks a column is refused; a schema idem_move that is not the
 # mover's (or a superuser's) is refused.  A move that stopped between its
 # copy and its switch resumes when run again, unless the target's rows are
 # not the source's; one that stopped after one proxy's switch resumes too.
 #
-# Needs the checkout (IDEM_CHECKOUT, set by test/run) for the move script,
-# and python3-psycopg.
+# Needs the mover installed by make install (test/t/IdemMove.pm) and
+# python3-psycopg.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -20,20 +22,17 @@ use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
 use IdemEdition;
+use IdemMove;
 use IPC::Run;
 use Time::HiRes qw(time sleep);
 
-my $checkout = $ENV{IDEM_CHECKOUT};
-die "IDEM_CHECKOUT must name the checkout (test/run sets it)"
-  unless defined $checkout && -f "$checkout/test/shard/move_partition.py";
-my $mover = "$checkout/test/shard/move_partition.py";
-my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
+my $mover = idem_mover();
 
 my @shards;
 for my $i (0 .. 1)
 {
 	my $node = PostgreSQL::Test::Cluster->new("shard$i");
-	$node->init;
+	$node->init(allows_streaming => 'logical');
 	$node->append_conf('postgresql.conf', c_edition_conf("shared_preload_libraries = 'idempotency'\n"));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE DATABASE app');
@@ -72,7 +71,7 @@ sub move
 {
 	my (%o) = @_;
 	my ($out, @env) = ('');
-	my @cmd = ($python, $mover, @{ $o{proxies} // \@proxy_args }, '--partition', $o{partition},
+	my @cmd = ($mover, @{ $o{proxies} // \@proxy_args }, '--partition', $o{partition},
 		'--to', $o{to}, @{ $o{args} // [] });
 	IPC::Run::run(\@cmd, '>', \$out, '2>&1');
 	note($out);
@@ -101,21 +100,46 @@ is(map_of($_, 1), $dsn[0], 'proxy ' . $_->name . ' points partition 1 at shard 0
 is($_->safe_psql('app', "SELECT status FROM idem_lookup('k3', '$s1')"), 'succeeded',
 	'a lookup through ' . $_->name . ' finds a moved key') for @proxies;
 
-# A freeze that cannot get its locks stalls nobody for long: an idle
-# transaction on shard 0 holds a write lock on the records (a claim of
-# partition 0, uncommitted); the move of partition 2 (shard 0 to shard 1)
-# waits at most --lock-timeout for each lock, rolls back and tries again.
+# The slot's creation waits for the transactions open on the source (its
+# snapshot needs a consistent point): an idle transaction that wrote
+# (a claim of partition 0, uncommitted) keeps the move of partition 2
+# (shard 0 to shard 1) from starting; after --slot-timeout it gives up,
+# naming the transaction, with nothing left on either shard.
 my $s0 = scope_in(0, 'b');
 my $s2 = scope_in(2, 'c');
 $proxy->safe_psql('app', "SELECT idem_claim('k$_', '\\x01', '30s', '$s2')") for 1 .. 3;
 my $blocker = $shards[0]->background_psql('app');
 $blocker->query_safe("BEGIN; SELECT idem_claim('blocker', '\\x01', '30s', '$s0')");
-my @move2 = ($python, $mover, @proxy_args, '--partition', 2, '--to', $dsn[1], '--lock-timeout', '1s');
+($rc, $out) = move(partition => 2, to => $dsn[1], args => [ '--slot-timeout', '2' ]);
+isnt($rc, 0, 'a move whose slot cannot be created (an idle transaction holds an xid) gives up');
+like($out, qr/could not create the replication slot on the source within --slot-timeout \(2 s\).*pid \d+ \(postgres, idle in transaction/s,
+	'... after --slot-timeout, naming the transaction');
+like($out, qr/the move is undone/, '... and says the move is undone');
+is($shards[0]->safe_psql('app', q{SELECT count(*) FROM pg_replication_slots}), '0', '... no slot left on the source');
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'idem_move_hold_p2_of_4%'})
+	  . ' ' . $shards[1]->safe_psql('app', q{SELECT count(*) FROM idem_move.holding}),
+	'0 0', '... nor a hold on the target');
+$blocker->query_safe('COMMIT');
+
+# A freeze that cannot get its locks stalls nobody for long: the move
+# pauses after its first catch-up (IDEM_MOVE_TEST_PAUSE), an idle
+# transaction on shard 0 then takes a write lock on the records (a claim of
+# partition 0, uncommitted); the freeze of partition 2 waits at most
+# --lock-timeout for each lock, rolls back and tries again.
+my $pause = PostgreSQL::Test::Utils::tempdir;
+my @move2 = ($mover, @proxy_args, '--partition', 2, '--to', $dsn[1], '--lock-timeout', '1s');
 sub start_move
 {
 	my ($retries, $outref) = @_;
+	unlink "$pause/catch-up";
+	local $ENV{IDEM_MOVE_TEST_PAUSE} = 'catch-up';
+	local $ENV{IDEM_MOVE_TEST_PAUSE_DIR} = $pause;
 	my $h = IPC::Run::start([ @move2, '--lock-retries', $retries ], '>', $outref, '2>&1',
-		IPC::Run::timeout(30));
+		IPC::Run::timeout(60));
+	$h->pump until $$outref =~ /paused at catch-up/;
+	$blocker->query_safe("BEGIN; SELECT idem_claim('blocker-$retries', '\\x01', '30s', '$s0')");
+	open my $fh, '>', "$pause/catch-up" or die $!;
+	close $fh;
 	$shards[0]->poll_query_until('app',
 		q{SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'idem-move' AND wait_event_type = 'Lock'})
 	  or die 'the move did not wait for its lock';
@@ -146,11 +170,15 @@ note($failed);
 isnt($? >> 8, 0, 'the move gives up when the lock is still held after its last try');
 like($failed, qr/the freeze on the source: no lock within lock_timeout 1s in 2 tries \(.*\); nothing was changed there.*pid \d+ \(postgres, idle in transaction/s,
 	'... and says so, naming the idle transaction that holds the lock');
+like($failed, qr/the move is undone: the partition is served by the source as before/, '... and that the move is undone');
 is($shards[0]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p2_of_4'}), '0',
 	'... leaving no fence on the source');
+is($shards[1]->safe_psql('app', q{SELECT count(*) FROM idempotency_records WHERE (idem_route_hash(scope) & 3) = 2}), '0',
+	'... nor the copy on the target');
 is(map_of($_, 2), $dsn[0], '... and partition 2 of ' . $_->name . ' on shard 0') for @proxies;
 is($proxy->safe_psql('app', "SET statement_timeout = '15s'; SELECT outcome FROM idem_claim('k4', '\\x01', '30s', '$s2')"), 'new',
 	'... where it still takes claims');
+$blocker->query_safe('COMMIT');
 
 # The same move, while the blocker ends during its tries: it moves.
 my $moved2 = '';
@@ -167,18 +195,29 @@ like($moved2, qr/no lock within lock_timeout 1s \(try 1 of 7.*partition 2 of 4 m
 # Business tables are copied by column name: shard 0 has the columns of
 # shop.orders in another order than shard 1, and lacks one of shop.notes.
 # Partition 3 (shard 1) moves to shard 0.
+# (The online move applies the changes made during its copy by key: orders
+# has a primary key, notes none, but REPLICA IDENTITY FULL, loose neither.)
 $shards[1]->safe_psql('app', q{CREATE SCHEMA shop;
-	CREATE TABLE shop.orders (scope text, id text, amount text, note text);
-	CREATE TABLE shop.notes (scope text, body text, author text)});
+	CREATE TABLE shop.orders (scope text, id text, amount text, note text, PRIMARY KEY (scope, id));
+	CREATE TABLE shop.notes (scope text, body text, author text);
+	ALTER TABLE shop.notes REPLICA IDENTITY FULL;
+	CREATE TABLE shop.loose (scope text, x int)});
 $shards[0]->safe_psql('app', q{CREATE SCHEMA shop;
-	CREATE TABLE shop.orders (note text, amount text, id text, scope text, extra text DEFAULT 'd');
-	CREATE TABLE shop.notes (scope text, body text)});
+	CREATE TABLE shop.orders (note text, amount text, id text, scope text, extra text DEFAULT 'd',
+	                          PRIMARY KEY (id, scope));
+	CREATE TABLE shop.notes (scope text, body text);
+	ALTER TABLE shop.notes REPLICA IDENTITY FULL;
+	CREATE TABLE shop.loose (scope text, x int)});
 my $s3 = scope_in(3, 'd');
 $shards[1]->safe_psql('app', "INSERT INTO shop.orders VALUES ('$s3', 'o1', '10', 'n1'), ('$s3', 'o2', '20', 'n2')");
 $proxy->safe_psql('app', "SELECT idem_claim('k1', '\\x01', '30s', '$s3')");
 ($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope', '--table', 'shop.notes:scope' ]);
 isnt($rc, 0, 'a move whose target table lacks a column of the source\'s is refused');
 like($out, qr/the target's table "shop"\."notes" lacks column author of the source's/, '... naming the column');
+($rc, $out) = move(partition => 3, to => $dsn[0], args => [ '--table', 'shop.orders:scope', '--table', 'shop.loose:scope' ]);
+isnt($rc, 0, 'a move of a table without a primary key or REPLICA IDENTITY FULL is refused');
+like($out, qr/table "shop"\."loose" has neither a primary key nor REPLICA IDENTITY FULL.*HINT: .*REPLICA IDENTITY FULL on the source\. Nothing was changed\./s,
+	'... naming it, with a hint');
 is($shards[1]->safe_psql('app', q{SELECT count(*) FROM pg_trigger WHERE tgname = 'idem_move_p3_of_4'}), '0',
 	'... before anything is frozen');
 
@@ -264,8 +303,8 @@ $shards[1]->safe_psql('app', "UPDATE idem_move.switched SET run = 'another run' 
 $shards[1]->safe_psql('app', "UPDATE idempotency_records SET result = '{\"k\": 99}' WHERE scope = '$s1' AND key = 'k2'");
 ($rc, $out) = move(partition => 1, to => $dsn[1]);
 is($rc, 0, '... and after a copied row changed on the target, the rerun succeeds');
-like($out, qr/no proxy points at the target: its rows there \(.*\) are an interrupted copy, made again/,
-	'... copying again');
+like($out, qr/frozen on the source: unfrozen now, writes go on\): it starts over; no proxy points at the target: its rows there \(.*\) are an interrupted copy, made again/,
+	'... unfreezing the source and copying again');
 is($shards[1]->safe_psql('app', "SELECT result FROM idempotency_records WHERE scope = '$s1' AND key = 'k2'"),
 	'{"k": 2}', '... with the source\'s row in place of the changed copy');
 is(map_of($_, 1), $dsn[1], '... and ' . $_->name . ' switched') for @proxies;
