@@ -93,3 +93,15 @@ uninstall-tools:
 .PHONY: valgrind
 valgrind:
 	test/valgrind/run
+
+# Packages (src/packaging): `make deb` builds the Debian packages of this
+# tree for PG_CONFIG's major version (postgresql-N-idempotency and
+# postgresql-N-idempotency-router) into DEB_OUT; `make dist` the PGXN archive
+# idempotency-$(EXTVERSION).zip of HEAD, once META.json agrees with the
+# control files.
+DEB_OUT ?= .
+deb:
+	bash src/packaging/deb --pg-config '$(PG_CONFIG)' --out '$(DEB_OUT)'
+dist:
+	bash src/packaging/dist
+.PHONY: deb dist

@@ -18,19 +18,20 @@ IDEM_CHROOT_FORMAT=2
 # idem_chroot_suite MAJOR: the Debian release whose packages are MAJOR.
 idem_chroot_suite() {
     case $1 in
+        15) echo bookworm ;;
         17) echo trixie ;;
         18) echo sid ;;
         *) return 1 ;;
     esac
 }
 
-# The machine's Debian archive: the URI of the Debian entry of its apt
-# sources for its own release (deb822 .sources, or a one-line sources.list),
+# idem_debian_archive [SUITE]: the machine's Debian archive: the URI of the
+# Debian entry of its apt sources for SUITE (default: its own release) (deb822 .sources, or a one-line sources.list),
 # so that another vendor's repository listed first is not taken.  A
 # "mirror+file:" URI names a file of mirrors: the first one is used.
 idem_debian_archive() {
-    local codename uri
-    codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+    local codename=${1:-} uri
+    [ -n "$codename" ] || codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
     uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v cn="$codename" '
         BEGIN { RS = ""; FS = "\n" }
         {
@@ -58,13 +59,11 @@ idem_debian_archive() {
     echo "${uri%/}"
 }
 
-# idem_chroot_make SUITE DIR: debootstrap SUITE into DIR (replacing whatever
-# is there), with what every build needs.  A stamp written last marks it done.
-idem_chroot_make() {
-    local suite=$1 dir=$2 archive started
-    started=$(date +%s)
+# idem_chroot_bootstrap SUITE DIR: debootstrap SUITE into DIR (replacing
+# whatever is there) and set apt up the way every chroot here needs.
+idem_chroot_bootstrap() {
+    local suite=$1 dir=$2 archive
     archive=$(idem_debian_archive) || return 1
-    idem_log "making the $suite chroot in $dir (debootstrap --variant=minbase)"
     # An interrupted make may have left /proc (or debootstrap's /sys) mounted.
     awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
         xargs -r -n1 umount -l
@@ -79,14 +78,57 @@ idem_chroot_make() {
         echo 'Acquire::Check-Valid-Until "false";' >>"$dir/etc/apt/apt.conf.d/99idempotency"
     printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d"
     chmod 755 "$dir/usr/sbin/policy-rc.d"
+    cp /etc/resolv.conf "$dir/etc/resolv.conf"
+}
+
+# idem_chroot_make SUITE DIR: the chroot of SUITE in DIR for the tests, with
+# what every build needs.  A stamp written last marks it done.
+idem_chroot_make() {
+    local suite=$1 dir=$2 started
+    started=$(date +%s)
+    idem_log "making the $suite chroot in $dir (debootstrap --variant=minbase)"
+    idem_chroot_bootstrap "$suite" "$dir" || return 1
     printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-exclude /usr/share/man/*' \
         'path-exclude /usr/share/locale/*' >"$dir/etc/dpkg/dpkg.cfg.d/99idempotency"
-    cp /etc/resolv.conf "$dir/etc/resolv.conf"
     idem_chroot_exec "$dir" sh -c 'apt-get update -qq &&
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             make gcc libc6-dev ca-certificates >/dev/null' || return 1
     echo "$IDEM_CHROOT_FORMAT" >"$dir/.idempotency-chroot"
     idem_log "the $suite chroot took $(( $(date +%s) - started )) s"
+}
+
+# idem_chroot_clean SUITE DIR: a clean chroot of SUITE in DIR, replacing
+# whatever is there: debootstrap's minbase, apt's settings and the release's
+# updates and security suites, nothing else
+# installed (what a package needs, apt must bring).  Unpacked from a tarball
+# made once and cached under IDEM_CACHE; the caller holds no lock on it, so
+# the tarball is written under a temporary name and renamed.
+idem_chroot_clean() {
+    local suite=$1 dir=$2 tarball started archive security
+    tarball=$IDEM_CACHE/$suite-minbase-$IDEM_CHROOT_FORMAT.tar
+    if [ ! -f "$tarball" ]; then
+        started=$(date +%s)
+        idem_log "making a clean $suite chroot (debootstrap --variant=minbase)"
+        mkdir -p "$IDEM_CACHE" && idem_chroot_bootstrap "$suite" "$dir" || return 1
+        # A server of a stable release takes its updates and security fixes
+        # too (a package built against the newest minor release needs them);
+        # sid has neither.
+        if [ "$suite" != sid ]; then
+            archive=$(idem_debian_archive) && security=$(idem_debian_archive "$(
+                . /etc/os-release && echo "$VERSION_CODENAME")-security" 2>/dev/null ||
+                echo "${archive%/debian}/debian-security") || return 1
+            printf 'deb %s %s main\n' "$archive" "$suite-updates" "$security" "$suite-security" \
+                >>"$dir/etc/apt/sources.list"
+        fi
+        tar -C "$dir" -cf "$tarball.$$" . && mv "$tarball.$$" "$tarball" ||
+            { rm -f "$tarball.$$"; return 1; }
+        idem_log "the clean $suite chroot took $(( $(date +%s) - started )) s"
+        return 0
+    fi
+    awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
+        xargs -r -n1 umount -l
+    rm -rf --one-file-system "$dir" && mkdir -p "$dir" && tar -C "$dir" -xf "$tarball" &&
+        cp /etc/resolv.conf "$dir/etc/resolv.conf"
 }
 
 # idem_chroot_exec DIR CMD...: run CMD in the chroot with /proc mounted,

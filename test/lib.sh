@@ -95,6 +95,18 @@ idem_build_install() {
     idem_as_root make -C "$IDEM_ROOT" -s PG_CONFIG="$pg_config" install >/dev/null
 }
 
+# idem_demo_shows_every_outcome LOG: test/demo's output in LOG shows each
+# claim outcome, and its only errors are the three it shows on purpose
+# (IK001, IK002, IK005).
+idem_demo_shows_every_outcome() {
+    local outcome
+    for outcome in new replay in_progress takeover unknown; do
+        grep -qE "^ $outcome +\|" "$1" || return 1
+    done
+    [ "$(grep -c 'ERROR:' "$1")" = 3 ] &&
+        [ "$(grep -cE 'ERROR:  (idempotency key "order-7f3a" was already used|token 1 is not the current fencing token|invalid transition from "PAID" to "PENDING")' "$1")" = 3 ]
+}
+
 # The user that owns the throwaway clusters: postgres when we are root.
 idem_cluster_user() {
     if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi
