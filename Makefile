@@ -96,12 +96,14 @@ valgrind:
 
 # Packages (src/packaging): `make deb` builds the Debian packages of this
 # tree for PG_CONFIG's major version (postgresql-N-idempotency and
-# postgresql-N-idempotency-router) into DEB_OUT; `make dist` the PGXN archive
+# postgresql-N-idempotency-router) into DEB_OUT (DEB_VERSION: the version
+# src/packaging/deb would choose otherwise); `make dist` the PGXN archive
 # idempotency-$(EXTVERSION).zip of HEAD, once META.json agrees with the
 # control files.
 DEB_OUT ?= .
 deb:
-	bash src/packaging/deb --pg-config '$(PG_CONFIG)' --out '$(DEB_OUT)'
+	bash src/packaging/deb --pg-config '$(PG_CONFIG)' --out '$(DEB_OUT)' \
+		$(if $(DEB_VERSION),--version '$(DEB_VERSION)')
 dist:
 	bash src/packaging/dist
 .PHONY: deb dist
