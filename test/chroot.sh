@@ -59,15 +59,20 @@ idem_debian_archive() {
     echo "${uri%/}"
 }
 
+# idem_chroot_empty DIR: DIR empty, whatever was there; an interrupted run
+# may have left /proc (or debootstrap's /sys) mounted in it.
+idem_chroot_empty() {
+    awk -v d="$1/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
+        xargs -r -n1 umount -l
+    rm -rf --one-file-system "$1" && mkdir -p "$1"
+}
+
 # idem_chroot_bootstrap SUITE DIR: debootstrap SUITE into DIR (replacing
 # whatever is there) and set apt up the way every chroot here needs.
 idem_chroot_bootstrap() {
     local suite=$1 dir=$2 archive
     archive=$(idem_debian_archive) || return 1
-    # An interrupted make may have left /proc (or debootstrap's /sys) mounted.
-    awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
-        xargs -r -n1 umount -l
-    rm -rf --one-file-system "$dir" && mkdir -p "$dir" || return 1
+    idem_chroot_empty "$dir" || return 1
     debootstrap --variant=minbase "$suite" "$dir" "$archive" >"$dir.debootstrap.log" 2>&1 ||
         { tail -20 "$dir.debootstrap.log" >&2; return 1; }
     # Only what is asked for (no mail server, no systemd), and no service
@@ -125,9 +130,7 @@ idem_chroot_clean() {
         idem_log "the clean $suite chroot took $(( $(date +%s) - started )) s"
         return 0
     fi
-    awk -v d="$dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r |
-        xargs -r -n1 umount -l
-    rm -rf --one-file-system "$dir" && mkdir -p "$dir" && tar -C "$dir" -xf "$tarball" &&
+    idem_chroot_empty "$dir" && tar -C "$dir" -xf "$tarball" &&
         cp /etc/resolv.conf "$dir/etc/resolv.conf"
 }
 
